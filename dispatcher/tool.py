@@ -1,0 +1,130 @@
+"""The Tool protocol and what a tool sees of one call (ToolContext) and returns
+(ToolOutput).
+
+A tool is registered as a zero-argument factory; the dispatcher builds a fresh
+instance for every call, so instance state never leaks between calls.
+
+Beyond the required ``definition``/``execute``/``cancel``, a tool may offer
+optional, *stateless* hooks that the dispatcher calls on a probe instance
+before it builds the executing one (see ``ToolHooks``):
+
+- ``path_fields``: input keys that name workspace paths; each is checked
+  against the workspace root before confirmation (spec step 3).
+- ``rate(input)``: a per-call rating (``safe``/``dev``/``dangerous``) the
+  confirmation policy may use; the event still reports the declared class.
+- ``preview(input, workspace)``: what the call would do, for the confirmation
+  request (the diff of a write, the command of a shell call).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from adapters.canonical import ImageBlock, TextBlock, ToolDefinition
+
+if TYPE_CHECKING:
+    from dispatcher.workspace import WorkspaceFileAPI
+
+
+class CallRating(StrEnum):
+    """A tool's rating of one call, finer than its declared side-effect class."""
+
+    SAFE = "safe"
+    DEV = "dev"
+    DANGEROUS = "dangerous"
+
+
+@dataclass(frozen=True, slots=True)
+class ConfirmationPreview:
+    """What a call would do, shown to whoever approves it."""
+
+    text: str = ""
+    kind: str = "text"  # "diff" | "command" | "text"
+    projected_modifications: tuple[str, ...] = ()
+
+
+OutputSink = Callable[[str, str], None]
+"""Receives (stream, text) chunks a tool produces while it runs."""
+
+
+def _discard_output(stream: str, text: str) -> None:
+    return None
+
+
+@dataclass(slots=True)
+class ToolContext:
+    """What a tool sees about the session and the call it serves."""
+
+    session_id: str
+    turn_id: str
+    tool_use_id: str
+    workspace_path: str
+    workspace_files: WorkspaceFileAPI
+    cancel_event: asyncio.Event = field(default_factory=asyncio.Event)
+    logger: logging.Logger = field(default_factory=lambda: logging.getLogger("toolrelay.tool"))
+    # Per-tool options from configuration (e.g. shell timeouts, sandbox switch).
+    options: Mapping[str, Any] = field(default_factory=dict)
+    # Streams partial output as ``tool.output_delta`` events.
+    emit_output: OutputSink = _discard_output
+
+
+@dataclass(slots=True)
+class ToolOutput:
+    """A tool's structured result; the dispatcher wraps it in a tool_result."""
+
+    content: list[TextBlock | ImageBlock]
+    success: bool = True
+    metadata: dict[str, Any] = field(default_factory=dict)
+    files_modified: list[str] | None = None
+    command_executed: str | None = None
+
+    @classmethod
+    def text(cls, text: str, *, success: bool = True, **kwargs: Any) -> ToolOutput:
+        return cls(content=[TextBlock(text=text)], success=success, **kwargs)
+
+
+@runtime_checkable
+class Tool(Protocol):
+    """Implemented by every tool, built-in or plugged in."""
+
+    definition: ToolDefinition
+
+    async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:
+        """Run the call. ``input`` is already validated against the schema.
+        Raise a ToolError subclass on a handled failure."""
+        ...
+
+    async def cancel(self) -> bool:
+        """Abort an in-flight execute; True if it was cancelled cleanly. Idempotent."""
+        ...
+
+
+ToolFactory = Callable[[], Tool]
+
+
+class ToolHooks:
+    """Reads a tool's optional hooks with safe defaults."""
+
+    @staticmethod
+    def path_fields(tool: Tool) -> tuple[str, ...]:
+        return tuple(getattr(tool, "path_fields", ()))
+
+    @staticmethod
+    def rate(tool: Tool, input: dict[str, Any]) -> CallRating | None:
+        rate = getattr(tool, "rate", None)
+        return rate(input) if rate is not None else None
+
+    @staticmethod
+    async def preview(
+        tool: Tool, input: dict[str, Any], workspace: WorkspaceFileAPI
+    ) -> ConfirmationPreview | None:
+        preview = getattr(tool, "preview", None)
+        if preview is None:
+            return None
+        result: ConfirmationPreview = await preview(input, workspace)
+        return result

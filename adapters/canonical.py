@@ -96,11 +96,13 @@ class ToolDefinition(_Strict):
     side_effects: SideEffects
 
 
-content_block_adapter: TypeAdapter[
-    TextBlock | ImageBlock | ToolUseBlock | ToolResultBlock
-] = TypeAdapter(ContentBlock)
+content_block_adapter: TypeAdapter[TextBlock | ImageBlock | ToolUseBlock | ToolResultBlock] = (
+    TypeAdapter(ContentBlock)
+)
 
 
 def text_result(tool_use_id: str, text: str, *, is_error: bool = False) -> ToolResultBlock:
     """A tool result holding one text block."""
-    return ToolResultBlock(tool_use_id=tool_use_id, content=[TextBlock(text=text)], is_error=is_error)
+    return ToolResultBlock(
+        tool_use_id=tool_use_id, content=[TextBlock(text=text)], is_error=is_error
+    )

@@ -1,0 +1,97 @@
+"""toolrelay's tool dispatcher: register tools, validate, confirm, run, report.
+
+The public API is re-exported here; see specs/tool-dispatcher.md.
+"""
+
+from adapters.canonical import SideEffects, ToolDefinition, ToolResultBlock, ToolUseBlock
+from dispatcher.confirmations import (
+    ConfirmationBroker,
+    ConfirmationRequest,
+    Resolution,
+    UnknownConfirmation,
+)
+from dispatcher.dispatcher import ToolDispatcher
+from dispatcher.errors import (
+    ConfirmationTimeout,
+    ToolCancelled,
+    ToolError,
+    ToolErrorClass,
+    ToolExecutionError,
+    ToolNotFound,
+    ToolPermissionDenied,
+    ToolRegistrationError,
+    ToolTimeout,
+    ToolUserDenied,
+    ToolValidationError,
+    WorkspaceEscapeError,
+)
+from dispatcher.plugins import ENTRY_POINT_GROUP, PluginLoadError, import_factory, load_plugins
+from dispatcher.policy import (
+    AutoAllowPolicy,
+    ConfirmationPolicy,
+    ConfirmMode,
+    PolicyConfig,
+    PolicyQuery,
+    RulePolicy,
+)
+from dispatcher.publisher import EventPublisher, NullPublisher
+from dispatcher.schema_subset import CompiledValidator, InputError, check_subset
+from dispatcher.session import DispatchSession
+from dispatcher.tool import (
+    CallRating,
+    ConfirmationPreview,
+    Tool,
+    ToolContext,
+    ToolFactory,
+    ToolHooks,
+    ToolOutput,
+)
+from dispatcher.workspace import WorkspaceFileAPI
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "AutoAllowPolicy",
+    "CallRating",
+    "CompiledValidator",
+    "ConfirmMode",
+    "ConfirmationBroker",
+    "ConfirmationPolicy",
+    "ConfirmationPreview",
+    "ConfirmationRequest",
+    "ConfirmationTimeout",
+    "DispatchSession",
+    "EventPublisher",
+    "InputError",
+    "NullPublisher",
+    "PluginLoadError",
+    "PolicyConfig",
+    "PolicyQuery",
+    "Resolution",
+    "RulePolicy",
+    "SideEffects",
+    "Tool",
+    "ToolCancelled",
+    "ToolContext",
+    "ToolDefinition",
+    "ToolDispatcher",
+    "ToolError",
+    "ToolErrorClass",
+    "ToolExecutionError",
+    "ToolFactory",
+    "ToolHooks",
+    "ToolNotFound",
+    "ToolOutput",
+    "ToolPermissionDenied",
+    "ToolRegistrationError",
+    "ToolResultBlock",
+    "ToolTimeout",
+    "ToolUseBlock",
+    "ToolUserDenied",
+    "ToolValidationError",
+    "UnknownConfirmation",
+    "WorkspaceEscapeError",
+    "WorkspaceFileAPI",
+    "check_subset",
+    "import_factory",
+    "load_plugins",
+]

@@ -32,12 +32,19 @@ class ToolError(Exception):
     error_class: ToolErrorClass = ToolErrorClass.EXECUTION_ERROR
 
     def __init__(
-        self, message: str, *, tool_use_id: str = "", is_user_visible: bool = True
+        self,
+        message: str,
+        *,
+        tool_use_id: str = "",
+        is_user_visible: bool = True,
+        partial_output: str | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.tool_use_id = tool_use_id
         self.is_user_visible = is_user_visible
+        # What a cancelled or timed-out tool produced before it stopped.
+        self.partial_output = partial_output
 
 
 class ToolNotFound(ToolError):

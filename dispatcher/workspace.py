@@ -13,6 +13,7 @@ stopped here; the shell sandbox is the defence for that.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import errno
 import os
@@ -189,10 +190,8 @@ def _match_lines(text: str, needle: str) -> list[int]:
 
 def _atomic_write(target: Path, content: bytes) -> None:
     mode: int | None = None
-    try:
+    with contextlib.suppress(FileNotFoundError):
         mode = stat.S_IMODE(target.stat().st_mode)
-    except FileNotFoundError:
-        pass
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -203,10 +202,8 @@ def _atomic_write(target: Path, content: bytes) -> None:
             os.chmod(tmp, mode)
         os.replace(tmp, target)
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         raise
 
 

@@ -1,0 +1,194 @@
+"""Pending confirmation requests and their first-answer-wins resolution.
+
+The dispatcher asks; any number of clients answer through the server (HTTP),
+the timeout answers for a person who never does, and cancelling a turn
+answers for everyone. Whichever comes first wins; every later answer learns
+the winner. All of it runs on the event loop, so "first" needs no lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+from adapters.canonical import SideEffects
+from dispatcher.tool import CallRating
+
+Decision = Literal["allow", "deny", "timeout", "cancelled"]
+Scope = Literal["once", "session"]
+
+# Resolved requests are remembered so that a late answer gets 409 with the
+# winner instead of 404; bounded so memory stays flat on a long-lived server.
+RESOLVED_MEMORY = 10_000
+
+
+class UnknownConfirmation(KeyError):
+    """No confirmation request with this id exists (or it was forgotten)."""
+
+    def __init__(self, request_id: str) -> None:
+        super().__init__(request_id)
+        self.request_id = request_id
+
+    def __str__(self) -> str:
+        return f"no confirmation request {self.request_id!r}"
+
+
+@dataclass(frozen=True, slots=True)
+class ConfirmationRequest:
+    """One call waiting for a person's answer."""
+
+    request_id: str
+    session_id: str
+    turn_id: str
+    tool_use_id: str
+    tool_name: str
+    side_effects: SideEffects
+    rating: CallRating | None
+    input_summary: str
+    projected_modifications: tuple[str, ...]
+    preview_kind: str
+    preview_text: str
+    expires_at: datetime
+
+    def event_data(self) -> dict[str, Any]:
+        """The ``tool.confirmation_requested`` payload."""
+        return {
+            "request_id": self.request_id,
+            "tool_use_id": self.tool_use_id,
+            "tool_name": self.tool_name,
+            "side_effects": self.side_effects.value,
+            "rating": self.rating.value if self.rating else None,
+            "input_summary": self.input_summary,
+            "projected_modifications": list(self.projected_modifications),
+            "preview": {"kind": self.preview_kind, "text": self.preview_text},
+            "expires_at": self.expires_at.isoformat().replace("+00:00", "Z"),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    """The winning answer to a request; ``won`` tells a caller whether it was theirs."""
+
+    request_id: str
+    decision: Decision
+    scope: Scope
+    resolved_by: str
+    message: str | None = None
+    won: bool = True
+
+    def event_data(self, tool_use_id: str) -> dict[str, Any]:
+        """The ``tool.confirmation_resolved`` payload."""
+        return {
+            "request_id": self.request_id,
+            "tool_use_id": tool_use_id,
+            "decision": self.decision,
+            "scope": self.scope,
+            "resolved_by": self.resolved_by,
+            "message": self.message,
+        }
+
+
+@dataclass(slots=True)
+class _Pending:
+    request: ConfirmationRequest
+    future: asyncio.Future[Resolution] = field(repr=False)
+
+
+class ConfirmationBroker:
+    """Holds pending requests; resolves each exactly once."""
+
+    def __init__(self) -> None:
+        self._pending: dict[str, _Pending] = {}
+        self._resolved: OrderedDict[str, tuple[ConfirmationRequest, Resolution]] = OrderedDict()
+
+    @staticmethod
+    def new_request_id() -> str:
+        return "conf_" + secrets.token_hex(8)
+
+    @staticmethod
+    def expiry(timeout: float) -> datetime:
+        return datetime.now(UTC) + timedelta(seconds=timeout)
+
+    def pending(self, session_id: str | None = None) -> list[ConfirmationRequest]:
+        return [
+            p.request
+            for p in self._pending.values()
+            if session_id is None or p.request.session_id == session_id
+        ]
+
+    def get(self, request_id: str) -> ConfirmationRequest | None:
+        if (p := self._pending.get(request_id)) is not None:
+            return p.request
+        done = self._resolved.get(request_id)
+        return done[0] if done else None
+
+    def resolution(self, request_id: str) -> Resolution | None:
+        done = self._resolved.get(request_id)
+        return done[1] if done else None
+
+    async def ask(self, request: ConfirmationRequest, answer_within: float) -> Resolution:
+        """Wait for the first answer; after ``answer_within`` seconds it is 'timeout'."""
+        future: asyncio.Future[Resolution] = asyncio.get_running_loop().create_future()
+        self._pending[request.request_id] = _Pending(request, future)
+        try:
+            async with asyncio.timeout(answer_within):
+                return await asyncio.shield(future)
+        except TimeoutError:
+            return self._settle(request.request_id, "timeout", "once", "server", None)
+        except asyncio.CancelledError:
+            # The waiting call itself was cancelled: settle so late answers get 409.
+            self._settle(request.request_id, "cancelled", "once", "server", None)
+            raise
+
+    def resolve(
+        self,
+        request_id: str,
+        decision: Literal["allow", "deny"],
+        *,
+        scope: Scope = "once",
+        resolved_by: str,
+        message: str | None = None,
+    ) -> Resolution:
+        """Answer a request. The first answer wins; later ones get ``won=False``
+        and the winning values. Raises UnknownConfirmation for unknown ids."""
+        if request_id not in self._pending and request_id not in self._resolved:
+            raise UnknownConfirmation(request_id)
+        return self._settle(request_id, decision, scope, resolved_by, message)
+
+    def cancel_session(self, session_id: str, *, resolved_by: str = "server") -> int:
+        """Settle every pending request of a session as 'cancelled'."""
+        ids = [rid for rid, p in self._pending.items() if p.request.session_id == session_id]
+        for rid in ids:
+            self._settle(rid, "cancelled", "once", resolved_by, None)
+        return len(ids)
+
+    def _settle(
+        self,
+        request_id: str,
+        decision: Decision,
+        scope: Scope,
+        resolved_by: str,
+        message: str | None,
+    ) -> Resolution:
+        pending = self._pending.pop(request_id, None)
+        if pending is None:
+            _, winner = self._resolved[request_id]
+            return Resolution(
+                request_id=winner.request_id,
+                decision=winner.decision,
+                scope=winner.scope,
+                resolved_by=winner.resolved_by,
+                message=winner.message,
+                won=False,
+            )
+        resolution = Resolution(request_id, decision, scope, resolved_by, message, won=True)
+        self._resolved[request_id] = (pending.request, resolution)
+        while len(self._resolved) > RESOLVED_MEMORY:
+            self._resolved.popitem(last=False)
+        if not pending.future.done():
+            pending.future.set_result(resolution)
+        return resolution

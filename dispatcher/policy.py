@@ -1,0 +1,132 @@
+"""Confirmation policy: which calls run at once, which wait for a person, and
+which never run.
+
+A policy maps one call (tool, declared side-effect class, the tool's optional
+rating of this call, the workspace) to a ConfirmMode. RulePolicy resolves it
+in a fixed order, each layer overriding the one before:
+
+1. the preset: ``confirm-sensitive`` (none/read auto; write/execute/network
+   prompt), ``confirm-all`` (everything prompts) or ``yolo`` (nothing prompts);
+2. ``default``: per side-effect class;
+3. ``trusted_workspace_overrides``, when the workspace lies in a trusted path;
+4. ``ratings``: a tool's per-call rating (the shell rates ``ls`` safe) may
+   change a prompt, never a deny;
+5. ``per_tool``: the last word for a named tool.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from adapters.canonical import SideEffects
+from dispatcher.tool import CallRating
+
+
+class ConfirmMode(StrEnum):
+    """What happens to a call before it runs."""
+
+    AUTO = "auto"
+    PROMPT = "prompt"
+    PROMPT_ONCE = "prompt_once"  # prompt once per tool; the answer holds for the session
+    DENY = "deny"
+
+
+Preset = Literal["confirm-sensitive", "confirm-all", "yolo"]
+
+_PRESETS: dict[str, dict[SideEffects, ConfirmMode]] = {
+    "confirm-sensitive": {
+        SideEffects.NONE: ConfirmMode.AUTO,
+        SideEffects.READ: ConfirmMode.AUTO,
+        SideEffects.WRITE: ConfirmMode.PROMPT,
+        SideEffects.EXECUTE: ConfirmMode.PROMPT,
+        SideEffects.NETWORK: ConfirmMode.PROMPT,
+    },
+    "confirm-all": {effect: ConfirmMode.PROMPT for effect in SideEffects},
+    "yolo": {effect: ConfirmMode.AUTO for effect in SideEffects},
+}
+# Only confirm-sensitive lets a rating lower the bar; confirm-all means all.
+_PRESET_RATINGS: dict[str, dict[CallRating, ConfirmMode]] = {
+    "confirm-sensitive": {CallRating.SAFE: ConfirmMode.AUTO},
+    "confirm-all": {},
+    "yolo": {},
+}
+
+
+class PolicyConfig(BaseModel):
+    """The policy as configured (server YAML ``policy:``, or per session)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    preset: Preset = "confirm-sensitive"
+    default: dict[SideEffects, ConfirmMode] = Field(default_factory=dict)
+    per_tool: dict[str, ConfirmMode] = Field(default_factory=dict)
+    ratings: dict[CallRating, ConfirmMode] | None = None
+    trusted_workspaces: list[str] = Field(default_factory=list)
+    trusted_workspace_overrides: dict[SideEffects, ConfirmMode] = Field(
+        default_factory=lambda: {SideEffects.WRITE: ConfirmMode.AUTO}
+    )
+
+    def merged(self, overrides: dict[str, Any] | None) -> PolicyConfig:
+        """This config with a session's overrides applied (maps merge key by key)."""
+        if not overrides:
+            return self
+        data = self.model_dump()
+        for key, value in overrides.items():
+            if isinstance(value, dict) and isinstance(data.get(key), dict):
+                data[key] = {**data[key], **value}
+            else:
+                data[key] = value
+        return PolicyConfig.model_validate(data)
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyQuery:
+    """The facts a policy decides on."""
+
+    tool_name: str
+    side_effects: SideEffects
+    rating: CallRating | None
+    workspace: str
+
+
+class ConfirmationPolicy(Protocol):
+    """Decides the ConfirmMode of one call."""
+
+    def mode_for(self, query: PolicyQuery) -> ConfirmMode: ...
+
+
+class AutoAllowPolicy:
+    """Runs everything without asking; for scripts and trusted automation."""
+
+    def mode_for(self, query: PolicyQuery) -> ConfirmMode:
+        return ConfirmMode.AUTO
+
+
+class RulePolicy:
+    """The layered policy described in the module docstring."""
+
+    def __init__(self, config: PolicyConfig | None = None) -> None:
+        self.config = config or PolicyConfig()
+        cfg = self.config
+        self._by_class = {**_PRESETS[cfg.preset], **cfg.default}
+        self._ratings = _PRESET_RATINGS[cfg.preset] if cfg.ratings is None else cfg.ratings
+        self._trusted = tuple(
+            os.path.realpath(os.path.expanduser(p)).rstrip(os.sep) for p in cfg.trusted_workspaces
+        )
+
+    def is_trusted(self, workspace: str) -> bool:
+        real = os.path.realpath(workspace)
+        return any(real == t or real.startswith(t + os.sep) for t in self._trusted)
+
+    def mode_for(self, query: PolicyQuery) -> ConfirmMode:
+        mode = self._by_class[query.side_effects]
+        if self._trusted and self.is_trusted(query.workspace):
+            mode = self.config.trusted_workspace_overrides.get(query.side_effects, mode)
+        if query.rating is not None and mode in (ConfirmMode.PROMPT, ConfirmMode.PROMPT_ONCE):
+            mode = self._ratings.get(query.rating, mode)
+        return self.config.per_tool.get(query.tool_name, mode)

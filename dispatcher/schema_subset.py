@@ -1,0 +1,301 @@
+"""The JSON Schema subset tool inputs may use, and validators compiled from it.
+
+Every provider accepts this subset, so a tool authored once works everywhere.
+Constructs outside it are refused at registration with the construct's name
+and its JSON pointer. ``pattern`` is refused too: a catastrophic regex in a
+plugin's schema would stall the event loop on every call.
+
+Validation has two paths, both compiled once per tool:
+
+- a fast checker built from closures answers "valid?" in about a microsecond;
+- only when it says no does the (also pre-built) jsonschema Draft7Validator run
+  to report every error with its path. A property test keeps the two in step.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from jsonschema import Draft7Validator
+from referencing import Registry
+
+from dispatcher.errors import ToolRegistrationError
+
+SUBSET_TYPES = frozenset({"string", "number", "integer", "boolean", "null", "object", "array"})
+
+# Refused by name, each with the reason given to the tool author.
+REFUSED_KEYWORDS: Mapping[str, str] = {
+    "$ref": "references are not in the subset; inline the schema",
+    "$defs": "definitions are not in the subset; inline the schema",
+    "definitions": "definitions are not in the subset; inline the schema",
+    "oneOf": "oneOf is not in the subset",
+    "anyOf": "anyOf is not in the subset",
+    "allOf": "allOf is not in the subset",
+    "not": "not is not in the subset",
+    "if": "if/then/else is not in the subset",
+    "then": "if/then/else is not in the subset",
+    "else": "if/then/else is not in the subset",
+    "patternProperties": "patternProperties is not in the subset",
+    "pattern": "pattern is not in the subset (a regex could stall the server)",
+    "dependencies": "dependencies is not in the subset",
+    "const": "const is not in the subset; use a one-value enum",
+}
+
+# Keywords a subset schema may use. Constraints beyond the core list are the
+# ones every provider passes through unchanged.
+ALLOWED_KEYWORDS = frozenset(
+    {
+        "type",
+        "properties",
+        "required",
+        "items",
+        "enum",
+        "description",
+        "format",
+        "additionalProperties",
+        "title",
+        "default",
+        "examples",
+        "minimum",
+        "maximum",
+        "minLength",
+        "maxLength",
+        "minItems",
+        "maxItems",
+    }
+)
+ROOT_ONLY_KEYWORDS = frozenset({"$schema", "$id"})
+
+BASIC_FORMATS = frozenset(
+    {"date-time", "date", "time", "email", "uri", "uuid", "ipv4", "ipv6", "hostname", "path"}
+)
+
+
+def check_subset(schema: Any) -> None:
+    """Raise ToolRegistrationError unless ``schema`` is an object schema in the subset."""
+    if not isinstance(schema, dict):
+        raise ToolRegistrationError("input_schema must be a JSON object (at '')")
+    if schema.get("type") != "object":
+        raise ToolRegistrationError('input_schema must have "type": "object" (at \'/type\')')
+    _check_node(schema, "", is_root=True)
+
+
+def _pointer(parent: str, *parts: str) -> str:
+    escaped = (p.replace("~", "~0").replace("/", "~1") for p in parts)
+    return parent + "".join("/" + p for p in escaped)
+
+
+def _check_node(node: Any, at: str, *, is_root: bool = False) -> None:
+    if not isinstance(node, dict):
+        raise ToolRegistrationError(f"schema at '{at}' must be an object, got {node!r:.60}")
+    for key, value in node.items():
+        where = _pointer(at, key)
+        if key in REFUSED_KEYWORDS:
+            raise ToolRegistrationError(f"{key} at '{where}': {REFUSED_KEYWORDS[key]}")
+        if key in ROOT_ONLY_KEYWORDS and is_root:
+            continue
+        if key not in ALLOWED_KEYWORDS:
+            raise ToolRegistrationError(f"keyword {key!r} at '{where}' is not in the schema subset")
+        _check_keyword(key, value, where)
+    props = node.get("properties", {})
+    for name in node.get("required", []):
+        if name not in props:
+            raise ToolRegistrationError(
+                f"required property {name!r} at '{_pointer(at, 'required')}' is not "
+                "declared in properties"
+            )
+
+
+def _check_keyword(key: str, value: Any, where: str) -> None:
+    if key == "type":
+        types = value if isinstance(value, list) else [value]
+        if not types or any(t not in SUBSET_TYPES for t in types):
+            raise ToolRegistrationError(f"type {value!r} at '{where}' is not a subset type")
+    elif key == "properties":
+        if not isinstance(value, dict):
+            raise ToolRegistrationError(f"properties at '{where}' must be an object")
+        for name, sub in value.items():
+            _check_node(sub, _pointer(where, name))
+    elif key == "items":
+        if isinstance(value, list):
+            raise ToolRegistrationError(f"tuple items at '{where}' are not in the subset")
+        _check_node(value, where)
+    elif key == "additionalProperties":
+        if not isinstance(value, bool):
+            raise ToolRegistrationError(
+                f"additionalProperties at '{where}' must be true or false, not a schema"
+            )
+    elif key == "required":
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ToolRegistrationError(f"required at '{where}' must be a list of names")
+    elif key == "enum":
+        if not isinstance(value, list) or not value:
+            raise ToolRegistrationError(f"enum at '{where}' must be a non-empty list")
+    elif key == "format":
+        if value not in BASIC_FORMATS:
+            raise ToolRegistrationError(
+                f"format {value!r} at '{where}' is not one of {sorted(BASIC_FORMATS)}"
+            )
+    elif key in ("minimum", "maximum"):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ToolRegistrationError(f"{key} at '{where}' must be a number")
+    elif key in ("minLength", "maxLength", "minItems", "maxItems") and (
+        isinstance(value, bool) or not isinstance(value, int) or value < 0
+    ):
+        raise ToolRegistrationError(f"{key} at '{where}' must be a non-negative integer")
+
+
+# -- compiled validation ----------------------------------------------------
+
+Check = Callable[[Any], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class InputError:
+    """One validation failure: where in the input, and what was wrong."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path or '<root>'}: {self.message}"
+
+
+class CompiledValidator:
+    """Validates one tool's input; build once at registration, reuse per call."""
+
+    __slots__ = ("_detail", "_fast")
+
+    def __init__(self, schema: dict[str, Any]) -> None:
+        check_subset(schema)
+        self._fast = _compile(schema)
+        # An empty registry: nothing is ever fetched, even if a $schema names a URL.
+        self._detail = Draft7Validator(schema, registry=Registry())
+
+    def is_valid(self, instance: Any) -> bool:
+        return self._fast(instance)
+
+    def errors(self, instance: Any) -> list[InputError]:
+        """Every error with its JSON pointer; empty when the input is valid."""
+        if self._fast(instance):
+            return []
+        found = [
+            InputError(path=_pointer("", *(str(p) for p in err.absolute_path)), message=err.message)
+            for err in self._detail.iter_errors(instance)
+        ]
+        found.sort(key=lambda e: e.path)
+        if not found:  # the fast path is stricter than jsonschema somewhere: a bug
+            found.append(InputError(path="", message="input does not match the schema"))
+        return found
+
+
+def _compile(node: dict[str, Any]) -> Check:
+    checks: list[Check] = []
+    if "type" in node:
+        types = node["type"] if isinstance(node["type"], list) else [node["type"]]
+        checks.append(_type_check(types))
+    if "enum" in node:
+        options = list(node["enum"])
+        checks.append(lambda v: any(_json_equal(v, o) for o in options))
+    if "minimum" in node or "maximum" in node:
+        checks.append(_range_check(node.get("minimum"), node.get("maximum")))
+    if "minLength" in node or "maxLength" in node:
+        checks.append(_len_check(str, node.get("minLength"), node.get("maxLength")))
+    if "minItems" in node or "maxItems" in node:
+        checks.append(_len_check(list, node.get("minItems"), node.get("maxItems")))
+    if "items" in node:
+        checks.append(_items_check(_compile(node["items"])))
+    if "properties" in node or "required" in node or node.get("additionalProperties") is False:
+        checks.append(_object_check(node))
+    if not checks:
+        return lambda v: True
+    if len(checks) == 1:
+        return checks[0]
+    return lambda v: all(c(v) for c in checks)
+
+
+def _is_integer(v: Any) -> bool:
+    if isinstance(v, bool):
+        return False
+    if isinstance(v, int):
+        return True
+    return isinstance(v, float) and math.isfinite(v) and v.is_integer()
+
+
+_TYPE_TESTS: Mapping[str, Check] = {
+    "string": lambda v: isinstance(v, str),
+    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    "integer": _is_integer,
+    "boolean": lambda v: isinstance(v, bool),
+    "null": lambda v: v is None,
+    "object": lambda v: isinstance(v, dict),
+    "array": lambda v: isinstance(v, list),
+}
+
+
+def _type_check(types: list[str]) -> Check:
+    if len(types) == 1:
+        return _TYPE_TESTS[types[0]]
+    tests = [_TYPE_TESTS[t] for t in types]
+    return lambda v: any(t(v) for t in tests)
+
+
+def _range_check(low: float | None, high: float | None) -> Check:
+    def check(v: Any) -> bool:
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            return True  # range keywords only constrain numbers
+        return (low is None or v >= low) and (high is None or v <= high)
+
+    return check
+
+
+def _len_check(kind: type, low: int | None, high: int | None) -> Check:
+    def check(v: Any) -> bool:
+        if not isinstance(v, kind):
+            return True
+        n = len(v)  # type: ignore[arg-type]
+        return (low is None or n >= low) and (high is None or n <= high)
+
+    return check
+
+
+def _items_check(item: Check) -> Check:
+    return lambda v: not isinstance(v, list) or all(item(x) for x in v)
+
+
+def _object_check(node: dict[str, Any]) -> Check:
+    props = {name: _compile(sub) for name, sub in node.get("properties", {}).items()}
+    required = tuple(node.get("required", ()))
+    closed = node.get("additionalProperties") is False
+    allowed = frozenset(props)
+
+    def check(v: Any) -> bool:
+        if not isinstance(v, dict):
+            return True
+        for name in required:
+            if name not in v:
+                return False
+        for key, value in v.items():
+            sub = props.get(key)
+            if sub is None:
+                if closed:
+                    return False
+            elif not sub(value):
+                return False
+        return not closed or allowed.issuperset(v)
+
+    return check
+
+
+def _json_equal(a: Any, b: Any) -> bool:
+    """Equality as JSON sees it: true is not 1, 1.0 is 1."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
+    return bool(a == b) and (isinstance(a, int | float) == isinstance(b, int | float))

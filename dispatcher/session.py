@@ -1,0 +1,38 @@
+"""What the dispatcher keeps per session."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from dispatcher.policy import ConfirmationPolicy, RulePolicy
+from dispatcher.workspace import WorkspaceFileAPI
+
+DEFAULT_CONCURRENCY = 4
+DEFAULT_CONFIRMATION_TIMEOUT = 300.0
+
+
+@dataclass(slots=True)
+class DispatchSession:
+    """A session as the dispatcher sees it: workspace, policy, limits, memory of
+    answers given ``for the session``."""
+
+    session_id: str
+    workspace: WorkspaceFileAPI
+    policy: ConfirmationPolicy = field(default_factory=RulePolicy)
+    max_concurrency: int = DEFAULT_CONCURRENCY
+    confirmation_timeout: float = DEFAULT_CONFIRMATION_TIMEOUT
+    # Tool groups this session must not see (e.g. memory tools for workers).
+    hidden_groups: frozenset[str] = frozenset()
+    # Per-tool options handed to each call's ToolContext.options.
+    tool_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # tool name -> remembered answer (scope "session", or a prompt_once answer).
+    remembered: dict[str, Literal["allow", "deny"]] = field(default_factory=dict)
+    semaphore: asyncio.Semaphore = field(init=False)
+
+    def __post_init__(self) -> None:
+        if self.max_concurrency < 1:
+            raise ValueError("max_concurrency must be at least 1")
+        self.semaphore = asyncio.Semaphore(self.max_concurrency)

@@ -1,0 +1,200 @@
+"""Confirmation through the broker: allow, deny, timeout, scope, first answer wins."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from adapters.canonical import ToolUseBlock
+from dispatcher import (
+    ConfirmationBroker,
+    DispatchSession,
+    PolicyConfig,
+    RulePolicy,
+    ToolDispatcher,
+    UnknownConfirmation,
+    WorkspaceFileAPI,
+)
+from tests.dispatcher.support import RatedShell, RecordingPublisher, WriteTool
+
+
+def write(tool_use_id: str = "tu_w", path: str = "a.txt") -> ToolUseBlock:
+    return ToolUseBlock(id=tool_use_id, name="write", input={"path": path, "content": "hi"})
+
+
+async def _answer_when_asked(
+    dispatcher: ToolDispatcher,
+    publisher: RecordingPublisher,
+    decision: str,
+    *,
+    count: int = 1,
+    scope: str = "once",
+    message: str | None = None,
+) -> str:
+    requested = await publisher.wait_for("tool.confirmation_requested", count)
+    request_id = requested.data["request_id"]
+    dispatcher.broker.resolve(
+        request_id,
+        decision,  # type: ignore[arg-type]
+        scope=scope,  # type: ignore[arg-type]
+        resolved_by="alice",
+        message=message,
+    )
+    return str(request_id)
+
+
+async def test_allow_runs_the_call_after_the_events(
+    dispatcher: ToolDispatcher, session: DispatchSession, publisher: RecordingPublisher
+) -> None:
+    dispatcher.register(WriteTool)
+    task = asyncio.create_task(dispatcher.dispatch(write(), session, turn_id="turn_1"))
+    await _answer_when_asked(dispatcher, publisher, "allow")
+    result = await task
+    assert not result.is_error
+    assert session.workspace.read("a.txt") == "hi"
+    assert publisher.types() == [
+        "tool.confirmation_requested",
+        "tool.confirmation_resolved",
+        "tool.called",
+        "tool.completed",
+    ]
+    requested = publisher.first("tool.confirmation_requested").data
+    assert requested["tool_name"] == "write"
+    assert requested["side_effects"] == "write"
+    assert requested["projected_modifications"] == ["a.txt"]
+    assert requested["preview"] == {"kind": "diff", "text": "+hi"}
+    assert requested["input_summary"].startswith("write(")
+    assert requested["expires_at"].endswith("Z")
+    resolved = publisher.first("tool.confirmation_resolved").data
+    assert resolved["decision"] == "allow" and resolved["resolved_by"] == "alice"
+
+
+async def test_deny_is_user_denied_with_the_message(
+    dispatcher: ToolDispatcher, session: DispatchSession, publisher: RecordingPublisher
+) -> None:
+    dispatcher.register(WriteTool)
+    task = asyncio.create_task(dispatcher.dispatch(write(), session, turn_id="t"))
+    await _answer_when_asked(dispatcher, publisher, "deny", message="use patch_file instead")
+    result = await task
+    assert result.is_error
+    assert "User denied this operation." in result.text()
+    assert "use patch_file instead" in result.text()
+    assert not session.workspace.exists("a.txt")
+    assert publisher.types()[-1] == "tool.failed"
+    assert publisher.events[-1].data["error_class"] == "user_denied"
+    assert "tool.called" not in publisher.types()
+
+
+async def test_no_answer_is_confirmation_timeout(
+    dispatcher: ToolDispatcher, workspace: WorkspaceFileAPI, publisher: RecordingPublisher
+) -> None:
+    dispatcher.register(WriteTool)
+    session = DispatchSession("s", workspace, confirmation_timeout=0.05)
+    result = await dispatcher.dispatch(write(), session, turn_id="t")
+    assert result.is_error and "within 0.05 s" in result.text()
+    assert publisher.first("tool.confirmation_resolved").data["decision"] == "timeout"
+    assert publisher.events[-1].data["error_class"] == "confirmation_timeout"
+    assert dispatcher.broker.pending() == []
+
+
+async def test_first_answer_wins_and_later_answers_learn_the_winner(
+    dispatcher: ToolDispatcher, session: DispatchSession, publisher: RecordingPublisher
+) -> None:
+    dispatcher.register(WriteTool)
+    task = asyncio.create_task(dispatcher.dispatch(write(), session, turn_id="t"))
+    requested = await publisher.wait_for("tool.confirmation_requested")
+    rid = requested.data["request_id"]
+    first = dispatcher.broker.resolve(rid, "deny", resolved_by="bob")
+    second = dispatcher.broker.resolve(rid, "allow", resolved_by="carol")
+    third = dispatcher.broker.resolve(rid, "allow", scope="session", resolved_by="dave")
+    assert first.won and first.decision == "deny"
+    for later in (second, third):
+        assert not later.won
+        assert (later.decision, later.resolved_by, later.scope) == ("deny", "bob", "once")
+    result = await task
+    assert result.is_error
+    resolved = [e for e in publisher.events if e.type == "tool.confirmation_resolved"]
+    assert len(resolved) == 1 and resolved[0].data["resolved_by"] == "bob"
+
+
+async def test_unknown_request_id_raises(dispatcher: ToolDispatcher) -> None:
+    with pytest.raises(UnknownConfirmation):
+        dispatcher.broker.resolve("conf_nope", "allow", resolved_by="x")
+
+
+async def test_scope_session_skips_later_prompts_for_that_tool(
+    dispatcher: ToolDispatcher, session: DispatchSession, publisher: RecordingPublisher
+) -> None:
+    dispatcher.register(WriteTool)
+    task = asyncio.create_task(dispatcher.dispatch(write("tu_1"), session, turn_id="t"))
+    await _answer_when_asked(dispatcher, publisher, "allow", scope="session")
+    assert not (await task).is_error
+    result = await dispatcher.dispatch(write("tu_2", "b.txt"), session, turn_id="t2")
+    assert not result.is_error
+    assert publisher.types("tu_2") == ["tool.called", "tool.completed"]
+
+
+async def test_prompt_once_remembers_a_deny(
+    dispatcher: ToolDispatcher, workspace: WorkspaceFileAPI, publisher: RecordingPublisher
+) -> None:
+    dispatcher.register(WriteTool)
+    policy = RulePolicy(PolicyConfig(per_tool={"write": "prompt_once"}))  # type: ignore[dict-item]
+    session = DispatchSession("s", workspace, policy=policy)
+    task = asyncio.create_task(dispatcher.dispatch(write("tu_1"), session, turn_id="t"))
+    await _answer_when_asked(dispatcher, publisher, "deny")
+    assert (await task).is_error
+    again = await dispatcher.dispatch(write("tu_2"), session, turn_id="t")
+    assert again.is_error and "rest of this session" in again.text()
+    assert "tool.confirmation_requested" not in publisher.types("tu_2")
+
+
+async def test_policy_deny_never_runs(
+    dispatcher: ToolDispatcher, workspace: WorkspaceFileAPI, publisher: RecordingPublisher
+) -> None:
+    dispatcher.register(WriteTool)
+    policy = RulePolicy(PolicyConfig(default={"write": "deny"}))  # type: ignore[dict-item]
+    session = DispatchSession("s", workspace, policy=policy)
+    result = await dispatcher.dispatch(write(), session, turn_id="t")
+    assert result.is_error
+    assert publisher.types() == ["tool.failed"]
+    assert publisher.first("tool.failed").data["error_class"] == "permission_denied"
+
+
+async def test_rating_lowers_prompt_for_safe_calls_only(
+    dispatcher: ToolDispatcher, session: DispatchSession, publisher: RecordingPublisher
+) -> None:
+    dispatcher.register(RatedShell)
+    safe = ToolUseBlock(id="tu_ls", name="rated", input={"command": "ls"})
+    assert not (await dispatcher.dispatch(safe, session, turn_id="t")).is_error
+    assert publisher.types("tu_ls") == ["tool.called", "tool.completed"]
+    called = publisher.first("tool.called").data
+    assert called["side_effects"] == "execute" and called["rating"] == "safe"
+
+    risky = ToolUseBlock(id="tu_rm", name="rated", input={"command": "rm x"})
+    task = asyncio.create_task(dispatcher.dispatch(risky, session, turn_id="t"))
+    requested = await publisher.wait_for("tool.confirmation_requested")
+    assert requested.data["rating"] == "dangerous"
+    dispatcher.broker.resolve(requested.data["request_id"], "allow", resolved_by="a")
+    assert not (await task).is_error
+
+
+async def test_cancel_settles_pending_confirmations(
+    dispatcher: ToolDispatcher, session: DispatchSession, publisher: RecordingPublisher
+) -> None:
+    dispatcher.register(WriteTool)
+    task = asyncio.create_task(dispatcher.dispatch(write(), session, turn_id="t"))
+    requested = await publisher.wait_for("tool.confirmation_requested")
+    await dispatcher.cancel_session_tools(session.session_id)
+    result = await task
+    assert result.is_error
+    assert publisher.first("tool.confirmation_resolved").data["decision"] == "cancelled"
+    assert publisher.events[-1].data["error_class"] == "cancelled"
+    late = dispatcher.broker.resolve(requested.data["request_id"], "allow", resolved_by="x")
+    assert not late.won and late.decision == "cancelled"
+
+
+async def test_broker_lists_pending_by_session() -> None:
+    broker = ConfirmationBroker()
+    assert broker.pending() == []
+    assert broker.get("nope") is None

@@ -1,0 +1,82 @@
+"""The layered confirmation policy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from adapters.canonical import SideEffects
+from dispatcher import CallRating, ConfirmMode, PolicyConfig, PolicyQuery, RulePolicy
+
+E = SideEffects
+
+
+def q(
+    effect: SideEffects, *, tool: str = "t", rating: CallRating | None = None, ws: str = "/w"
+) -> PolicyQuery:
+    return PolicyQuery(tool, effect, rating, ws)
+
+
+@pytest.mark.parametrize(
+    ("preset", "expected"),
+    [
+        ("confirm-sensitive", ["auto", "auto", "prompt", "prompt", "prompt"]),
+        ("confirm-all", ["prompt"] * 5),
+        ("yolo", ["auto"] * 5),
+    ],
+)
+def test_presets(preset: str, expected: list[str]) -> None:
+    policy = RulePolicy(PolicyConfig(preset=preset))  # type: ignore[arg-type]
+    effects = [E.NONE, E.READ, E.WRITE, E.EXECUTE, E.NETWORK]
+    assert [policy.mode_for(q(e)).value for e in effects] == expected
+
+
+def test_ratings_follow_the_seed_table() -> None:
+    sensitive = RulePolicy(PolicyConfig())
+    assert sensitive.mode_for(q(E.EXECUTE, rating=CallRating.SAFE)) is ConfirmMode.AUTO
+    assert sensitive.mode_for(q(E.EXECUTE, rating=CallRating.DEV)) is ConfirmMode.PROMPT
+    assert sensitive.mode_for(q(E.EXECUTE, rating=CallRating.DANGEROUS)) is ConfirmMode.PROMPT
+    every = RulePolicy(PolicyConfig(preset="confirm-all"))
+    assert every.mode_for(q(E.EXECUTE, rating=CallRating.SAFE)) is ConfirmMode.PROMPT
+
+
+def test_rating_never_lifts_a_deny() -> None:
+    policy = RulePolicy(PolicyConfig(default={E.EXECUTE: ConfirmMode.DENY}))
+    assert policy.mode_for(q(E.EXECUTE, rating=CallRating.SAFE)) is ConfirmMode.DENY
+
+
+def test_per_tool_has_the_last_word() -> None:
+    policy = RulePolicy(
+        PolicyConfig(
+            preset="yolo", per_tool={"git_status": ConfirmMode.PROMPT, "rm": ConfirmMode.DENY}
+        )
+    )
+    assert policy.mode_for(q(E.READ, tool="git_status")) is ConfirmMode.PROMPT
+    assert policy.mode_for(q(E.WRITE, tool="rm")) is ConfirmMode.DENY
+    assert policy.mode_for(q(E.WRITE, tool="other")) is ConfirmMode.AUTO
+
+
+def test_trusted_workspaces_lower_the_bar_but_keep_overrides(tmp_path: Path) -> None:
+    trusted = tmp_path / "trusted"
+    (trusted / "sub").mkdir(parents=True)
+    policy = RulePolicy(
+        PolicyConfig(
+            trusted_workspaces=[str(trusted)],
+            trusted_workspace_overrides={E.WRITE: ConfirmMode.AUTO, E.EXECUTE: ConfirmMode.PROMPT},
+        )
+    )
+    assert policy.mode_for(q(E.WRITE, ws=str(trusted / "sub"))) is ConfirmMode.AUTO
+    assert policy.mode_for(q(E.EXECUTE, ws=str(trusted))) is ConfirmMode.PROMPT
+    assert policy.mode_for(q(E.WRITE, ws=str(tmp_path / "trusted-not"))) is ConfirmMode.PROMPT
+
+
+def test_merged_overrides_and_bad_values() -> None:
+    base = PolicyConfig(per_tool={"a": ConfirmMode.AUTO})
+    merged = base.merged({"per_tool": {"b": "deny"}, "preset": "confirm-all"})
+    assert merged.per_tool == {"a": ConfirmMode.AUTO, "b": ConfirmMode.DENY}
+    assert merged.preset == "confirm-all"
+    with pytest.raises(ValueError, match="preset"):
+        base.merged({"preset": "reckless"})
+    with pytest.raises(ValueError, match="unknown_key"):
+        base.merged({"unknown_key": 1})

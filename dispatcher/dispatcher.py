@@ -19,7 +19,14 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from adapters.canonical import SideEffects, TextBlock, ToolDefinition, ToolResultBlock, ToolUseBlock
+from adapters.canonical import (
+    ImageBlock,
+    SideEffects,
+    TextBlock,
+    ToolDefinition,
+    ToolResultBlock,
+    ToolUseBlock,
+)
 from dispatcher.confirmations import ConfirmationBroker, ConfirmationRequest
 from dispatcher.errors import (
     ConfirmationTimeout,
@@ -366,9 +373,12 @@ class ToolDispatcher:
                 underlying=exc,
                 is_user_visible=False,
             ) from exc
-        if not isinstance(output, ToolOutput):
+        if not isinstance(output, ToolOutput) or not all(
+            isinstance(b, TextBlock | ImageBlock) for b in output.content
+        ):
             raise ToolExecutionError(
-                f"{entry.name} returned {type(output).__name__}, not a ToolOutput",
+                f"{entry.name} returned {type(output).__name__} that is not a ToolOutput of "
+                "text and image blocks",
                 is_user_visible=False,
             )
         if call.cancel_requested:
@@ -429,7 +439,8 @@ class ToolDispatcher:
                 session_id=session.session_id,
                 turn_id=turn_id,
             )
-        return ToolResultBlock(
+        # The content was checked above (a list of blocks); skip re-validation.
+        return ToolResultBlock.model_construct(
             tool_use_id=tool_use.id, content=output.content, is_error=not output.success
         )
 

@@ -1,0 +1,25 @@
+# toolrelay server image. Workspaces are mounted under /workspaces.
+FROM python:3.11-slim-bookworm
+
+# git, ripgrep and patch back the built-in tools; bubblewrap sandboxes the shell.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends git ripgrep patch bubblewrap \
+    && rm -rf /var/lib/apt/lists/*
+
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY adapters ./adapters
+COPY dispatcher ./dispatcher
+COPY eventbus ./eventbus
+COPY server ./server
+COPY clients ./clients
+RUN pip install --no-cache-dir .
+
+RUN useradd --create-home --uid 1000 toolrelay && mkdir -p /data /workspaces \
+    && chown toolrelay:toolrelay /data /workspaces
+USER toolrelay
+VOLUME ["/data"]
+EXPOSE 8765
+# Inside a container the server must listen on all interfaces; the published
+# port in docker-compose.yml binds it to the host's loopback only.
+CMD ["toolrelay", "serve", "--host", "0.0.0.0", "--port", "8765", "--data-dir", "/data"]

@@ -1,0 +1,519 @@
+"""EventBus: the in-process event bus with a durable log behind it.
+
+``publish`` is synchronous and cheap: it assigns ``seq`` and ``session_seq``
+in call order, encodes the envelope once and queues it. A writer task drains
+the queue in batches: it commits each batch to the log off the event loop
+(one transaction for many events; see eventbus.log_access for where) and
+only then fans it out, so no subscriber ever sees an event the log does not
+hold. Satisfies ``dispatcher.publisher.EventPublisher`` structurally.
+
+All methods are meant for the event loop's thread; ``publish`` is not
+thread-safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Literal
+
+from eventbus.catalog import EventType
+from eventbus.encoding import EnvelopeEncoder, UtcClock
+from eventbus.errors import (
+    BusClosed,
+    BusNotStarted,
+    CursorExpired,
+    CursorInFuture,
+    EventNotSerializable,
+    InvalidEvent,
+    UnknownEventType,
+)
+from eventbus.log import MAX_REPLAY_LIMIT, MEMORY, EventLog
+from eventbus.log_access import LogAccess, ProcessLogAccess, ThreadLogAccess
+from eventbus.payloads import validate_payload
+from eventbus.record import EventRecord
+from eventbus.subscription import Subscription
+
+DEBUG_ENV = "TOOLRELAY_EVENT_DEBUG"
+
+# Maps each catalog name (and so each EventType member, which hashes as its
+# value) to the plain str: one lookup both checks and normalises the type.
+_TYPE_NAMES: dict[str, str] = {t.value: t.value for t in EventType}
+
+
+@dataclass(frozen=True, slots=True)
+class BusStats:
+    """Counters for monitoring and benchmarks; cheap to take."""
+
+    published: int
+    committed: int
+    delivered: int  # records handed to subscriber queues, summed over subscribers
+    batches: int
+    largest_batch: int
+    pending: int
+    subscribers: int
+    dropped_subscribers: int
+
+
+def _positive(name: str, value: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+class EventBus:
+    """Orders, logs and fans out events. Start with ``await bus.start()``.
+
+    ``log=None`` runs without durability: subscribers then cannot replay
+    anything that was delivered before they subscribed. ``log_access`` picks
+    how a log is written off the loop: ``"process"`` (default for files) or
+    ``"thread"`` (the only choice for ``:memory:``).
+
+    ``max_batch`` bounds one commit. Committed events are fanned out
+    ``fanout_chunk`` at a time; before a chunk that would overflow someone's
+    queue the writer yields to the loop once, so subscribers that keep up can
+    drain. ``max_queue`` bounds each live subscriber's queue (see
+    eventbus.subscription) and must hold at least one chunk.
+    ``validate_payloads`` (default: the ``TOOLRELAY_EVENT_DEBUG`` environment
+    variable) checks every payload against its model at publish time.
+    """
+
+    def __init__(
+        self,
+        log: EventLog | None = None,
+        *,
+        log_access: Literal["process", "thread"] | None = None,
+        max_queue: int = 1024,
+        max_batch: int = 4096,
+        fanout_chunk: int = 256,
+        replay_page_size: int = 500,
+        validate_payloads: bool | None = None,
+    ) -> None:
+        self._log = log
+        self._access: LogAccess | None = None
+        if log is not None:
+            if log_access is None:
+                log_access = "thread" if log.path == MEMORY else "process"
+            if log_access == "process":
+                # Absolute: the child must find the file even if the cwd changes.
+                self._access = ProcessLogAccess(
+                    log.path if log.path == MEMORY else os.path.abspath(log.path)
+                )
+            elif log_access == "thread":
+                self._access = ThreadLogAccess(log)
+            else:
+                raise ValueError(f"log_access must be 'process' or 'thread', got {log_access!r}")
+        self._max_queue = _positive("max_queue", max_queue)
+        self._max_batch = _positive("max_batch", max_batch)
+        self._fanout_chunk = _positive("fanout_chunk", fanout_chunk)
+        if self._fanout_chunk > self._max_queue:
+            raise ValueError(
+                f"fanout_chunk ({fanout_chunk}) may not exceed max_queue ({max_queue}): a live "
+                "subscriber receives a whole chunk at once"
+            )
+        self._page_size = _positive("replay_page_size", replay_page_size)
+        if self._page_size > MAX_REPLAY_LIMIT:
+            raise ValueError(f"replay_page_size may not exceed {MAX_REPLAY_LIMIT}")
+        if validate_payloads is None:
+            validate_payloads = os.environ.get(DEBUG_ENV, "") not in ("", "0", "false", "no")
+        self._validate = validate_payloads
+
+        self._state = "new"  # new -> running -> closing -> closed
+        self._failure: BaseException | None = None
+        self._seq = 0
+        self._session_seqs: dict[str, int] = {}
+        self._pending: list[EventRecord] = []
+        self._clock = UtcClock()
+        self._encoder = EnvelopeEncoder()
+        self._id_prefix = secrets.token_hex(4)
+
+        self._global_subs: list[Subscription] = []
+        self._session_subs: dict[str, list[Subscription]] = {}
+        # Without a log, what was delivered is all a cursor can be checked against.
+        self._delivered_seq = 0
+        self._delivered_session: dict[str, int] = {}
+
+        self._wake = asyncio.Event()
+        self._progress = asyncio.Event()
+        self._writer: asyncio.Task[None] | None = None
+
+        self._published = 0
+        self._committed = 0
+        self._delivered = 0
+        self._batches = 0
+        self._largest_batch = 0
+        self._dropped = 0
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open the log, load its counters and start the writer. Idempotent while running."""
+        if self._state == "running":
+            return
+        if self._state != "new":
+            raise BusClosed("this event bus was closed; create a new one")
+        if self._access is not None:
+            self._seq, self._session_seqs = await self._access.start()
+        self._delivered_seq = self._seq
+        self._state = "running"
+        self._writer = asyncio.create_task(self._run_writer(), name="eventbus-writer")
+
+    async def flush(self) -> None:
+        """Wait until every event published so far is committed and fanned out."""
+        target = self._seq
+        while self._delivered_seq < target:
+            if self._failure is not None:
+                raise BusClosed("the event bus stopped after an event log failure") from (
+                    self._failure
+                )
+            if self._writer is None or self._writer.done():
+                if self._state == "new":
+                    raise BusNotStarted("await bus.start() before flush()")
+                raise BusClosed("the event bus writer is not running")
+            progress = self._progress
+            await progress.wait()
+
+    async def close(self) -> None:
+        """Stop accepting events, flush what was published, end every subscription.
+
+        Subscriptions yield what they already hold, then raise BusClosed. The
+        log is not closed: whoever opened it closes it. Idempotent.
+        """
+        if self._state == "closing":
+            await self._writer_done()
+            return
+        if self._state != "closed":
+            self._state = "closing"
+            self._wake.set()
+            await self._writer_done()
+            self._shutdown(BusClosed("the event bus is closed"))
+        if self._access is not None:
+            await self._access.close()
+
+    async def _writer_done(self) -> None:
+        # asyncio.wait neither raises the writer's outcome nor cancels it.
+        if self._writer is not None and not self._writer.done():
+            await asyncio.wait([self._writer])
+
+    def _shutdown(self, end: BaseException) -> None:
+        self._state = "closed"
+        for sub in [*self._global_subs, *(s for subs in self._session_subs.values() for s in subs)]:
+            sub._finish(end)
+        self._global_subs.clear()
+        self._session_subs.clear()
+        self._signal_progress()
+
+    async def __aenter__(self) -> EventBus:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    @property
+    def running(self) -> bool:
+        """True between ``start()`` and ``close()`` while the log is healthy."""
+        return self._state == "running"
+
+    @property
+    def log(self) -> EventLog | None:
+        return self._log
+
+    @property
+    def log_process_pid(self) -> int | None:
+        """The pid of the child process that writes the log, when one does."""
+        return self._access.pid if isinstance(self._access, ProcessLogAccess) else None
+
+    # -- publishing ------------------------------------------------------------------
+
+    def publish(
+        self,
+        type: str,
+        data: Mapping[str, Any],
+        *,
+        session_id: str,
+        turn_id: str | None = None,
+    ) -> None:
+        """Assign the next ``seq``/``session_seq``, encode once, queue for the log.
+
+        Never waits. Raises InvalidEvent (and nothing is assigned) for an
+        unknown type, an empty session id, or data that is not a JSON object;
+        BusNotStarted/BusClosed outside ``start()``..``close()``.
+        """
+        if self._state != "running":
+            self._refuse()
+        name = _TYPE_NAMES.get(type) if isinstance(type, str) else None
+        if name is None:
+            raise UnknownEventType(type)
+        if session_id.__class__ is not str or not session_id:
+            raise InvalidEvent(f"session_id must be a non-empty string, got {session_id!r}")
+        if turn_id is not None and turn_id.__class__ is not str:
+            raise InvalidEvent(f"turn_id must be a string or None, got {turn_id!r}")
+        if not isinstance(data, dict):
+            if not isinstance(data, Mapping):
+                raise InvalidEvent(f"{name} data must be a mapping, got {data.__class__.__name__}")
+            data = dict(data)
+        if self._validate:
+            validate_payload(name, data)
+        seq = self._seq + 1
+        session_seq = self._session_seqs.get(session_id, 0) + 1
+        ts = self._clock.now()
+        try:
+            text = self._encoder.encode(
+                seq=seq,
+                session_seq=session_seq,
+                event_id=f"evt_{self._id_prefix}{seq:012x}",
+                type=name,
+                session_id=session_id,
+                turn_id=turn_id,
+                ts=ts,
+                data=data,
+            )
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise EventNotSerializable(f"{name} data is not JSON-serializable: {exc}") from exc
+        # Counters move only once the event is sure to be queued: no holes.
+        self._seq = seq
+        self._session_seqs[session_id] = session_seq
+        pending = self._pending
+        pending.append(EventRecord(seq, session_seq, session_id, name, turn_id, ts, text))
+        if len(pending) == 1:
+            self._wake.set()
+        self._published += 1
+
+    def _refuse(self) -> None:
+        if self._state == "new":
+            raise BusNotStarted("await bus.start() before publishing")
+        if self._failure is not None:
+            raise BusClosed(
+                f"the event bus stopped after an event log failure: {self._failure}"
+            ) from self._failure
+        raise BusClosed("the event bus is closed")
+
+    @property
+    def last_seq(self) -> int:
+        """The ``seq`` of the newest event published (maybe not yet delivered)."""
+        return self._seq
+
+    def last_session_seq(self, session_id: str) -> int:
+        """The ``session_seq`` of the session's newest event published (0 if none)."""
+        return self._session_seqs.get(session_id, 0)
+
+    # -- the writer -------------------------------------------------------------------
+
+    async def _run_writer(self) -> None:
+        try:
+            while True:
+                if not self._pending:
+                    if self._state != "running":
+                        return
+                    self._wake.clear()
+                    await self._wake.wait()
+                    continue
+                # Everything queued so far, up to max_batch, is one group commit;
+                # while it is in flight, new events queue up for the next one.
+                batch = self._pending[: self._max_batch]
+                del self._pending[: self._max_batch]
+                if self._access is not None:
+                    await self._access.append(batch)
+                self._committed += len(batch)
+                self._batches += 1
+                self._largest_batch = max(self._largest_batch, len(batch))
+                await self._deliver(batch)
+        except asyncio.CancelledError:
+            self._fail(BusClosed("the event bus writer was cancelled"))
+            raise
+        except Exception as exc:
+            self._fail(exc)
+
+    async def _deliver(self, batch: list[EventRecord]) -> None:
+        """Fan out a committed batch a chunk at a time.
+
+        Before a chunk that would overflow some subscriber's queue, it yields
+        to the loop once so that subscriber can drain; one that still cannot
+        take the chunk afterwards is too slow and is cut off. Without such a
+        subscriber it does not yield: on a busy loop every yield costs a
+        whole iteration.
+        """
+        size = self._fanout_chunk
+        for start in range(0, len(batch), size):
+            chunk = batch[start : start + size]
+            if self._someone_full(len(chunk)):
+                await asyncio.sleep(0)
+            self._fan_out(chunk)
+            self._delivered_seq = chunk[-1].seq
+        self._signal_progress()
+
+    def _someone_full(self, incoming: int) -> bool:
+        for sub in self._global_subs:
+            if sub.queued + incoming > sub.max_queue:
+                return True
+        for subs in self._session_subs.values():
+            for sub in subs:
+                if sub.queued + incoming > sub.max_queue:
+                    return True
+        return False
+
+    def _fail(self, exc: BaseException) -> None:
+        """Stop for good: what was not committed is never delivered."""
+        self._failure = exc
+        self._pending = []
+        end = BusClosed(f"the event bus stopped after an event log failure: {exc}")
+        end.__cause__ = exc
+        self._shutdown(end)
+        if self._access is not None:
+            self._access.abort()
+
+    def _signal_progress(self) -> None:
+        progress, self._progress = self._progress, asyncio.Event()
+        progress.set()
+
+    def _fan_out(self, chunk: list[EventRecord]) -> None:
+        if self._access is None:
+            for record in chunk:
+                self._delivered_session[record.session_id] = record.session_seq
+        dropped: list[Subscription] = []
+        delivered = 0
+        if self._global_subs:
+            for sub in self._global_subs:
+                if sub._offer(chunk):
+                    delivered += len(chunk)
+                else:
+                    dropped.append(sub)
+        if self._session_subs:
+            by_session: dict[str, list[EventRecord]] = {}
+            session_subs = self._session_subs
+            for record in chunk:
+                if record.session_id in session_subs:
+                    by_session.setdefault(record.session_id, []).append(record)
+            for session_id, records in by_session.items():
+                for sub in session_subs[session_id]:
+                    if sub._offer(records):
+                        delivered += len(records)
+                    else:
+                        dropped.append(sub)
+        self._delivered += delivered
+        for sub in dropped:
+            self._dropped += 1
+            self._unregister(sub)
+
+    # -- subscribing ------------------------------------------------------------------
+
+    async def subscribe(
+        self,
+        *,
+        session_id: str | None = None,
+        after: int | None = None,
+        max_queue: int | None = None,
+    ) -> Subscription:
+        """A stream of one session's events (cursor ``session_seq``) or of all
+        (``session_id=None``, cursor ``seq``).
+
+        With ``after``, it first yields what the log holds after the cursor,
+        then live events, with no gap and no repeat. Without it, it starts
+        with the next event fanned out. Raises CursorInFuture for a cursor
+        beyond the newest event and CursorExpired (with the oldest usable
+        cursor) when events after it were pruned.
+        """
+        if self._state != "running":
+            self._refuse()
+        if session_id is not None and (session_id.__class__ is not str or not session_id):
+            raise ValueError(f"session_id must be a non-empty string or None, got {session_id!r}")
+        if after is not None and (after.__class__ is not int or after < 0):
+            raise ValueError(f"after must be a non-negative integer or None, got {after!r}")
+        queue = self._max_queue if max_queue is None else _positive("max_queue", max_queue)
+        if queue < self._fanout_chunk:
+            raise ValueError(
+                f"max_queue ({queue}) may not be below the bus's fanout_chunk "
+                f"({self._fanout_chunk})"
+            )
+        latest = self._seq if session_id is None else self._session_seqs.get(session_id, 0)
+        if after is not None and after > latest:
+            raise CursorInFuture(cursor=after, latest_cursor=latest, session_id=session_id)
+
+        async def read_page(cursor: int, limit: int) -> list[EventRecord]:
+            return await self._read_page(session_id, cursor, limit)
+
+        sub = Subscription(
+            session_id=session_id,
+            after=after,
+            max_queue=queue,
+            page_size=self._page_size,
+            read_page=read_page,
+            on_close=self._unregister,
+            replayable=self._access is not None,
+        )
+        # Register before the first log read: see eventbus.subscription.
+        if session_id is None:
+            self._global_subs.append(sub)
+        else:
+            self._session_subs.setdefault(session_id, []).append(sub)
+        try:
+            await sub._prime()
+        except BaseException:
+            sub.close()
+            raise
+        return sub
+
+    async def _read_page(self, session_id: str | None, after: int, limit: int) -> list[EventRecord]:
+        if self._state != "running":
+            self._refuse()
+        if self._access is None:
+            delivered = (
+                self._delivered_seq
+                if session_id is None
+                else self._delivered_session.get(session_id, 0)
+            )
+            if after < delivered:
+                raise CursorExpired(cursor=after, oldest_cursor=delivered, session_id=session_id)
+            return []
+        return await self._access.read_page(session_id, after, limit)
+
+    async def prune(self, *, keep_last: int) -> int:
+        """Delete all but the newest ``keep_last`` events from the log (0 without one).
+
+        Runs where the log is written (its process or thread), off the loop.
+        """
+        if not isinstance(keep_last, int) or isinstance(keep_last, bool) or keep_last < 0:
+            raise ValueError(f"keep_last must be a non-negative integer, got {keep_last!r}")
+        if self._state != "running":
+            self._refuse()
+        if self._access is None:
+            return 0
+        return await self._access.prune(keep_last)
+
+    def _unregister(self, sub: Subscription) -> None:
+        subs = (
+            self._global_subs if sub.session_id is None else self._session_subs.get(sub.session_id)
+        )
+        if subs is not None and sub in subs:
+            subs.remove(sub)
+            if sub.session_id is not None and not subs:
+                del self._session_subs[sub.session_id]
+
+    def subscriber_count(self, session_id: str | None = None) -> int:
+        """Live subscriptions: all of them, or those of one session's stream."""
+        if session_id is not None:
+            return len(self._session_subs.get(session_id, ()))
+        return len(self._global_subs) + sum(len(s) for s in self._session_subs.values())
+
+    def stats(self) -> BusStats:
+        """A snapshot of the counters since ``start()``."""
+        return BusStats(
+            published=self._published,
+            committed=self._committed,
+            delivered=self._delivered,
+            batches=self._batches,
+            largest_batch=self._largest_batch,
+            pending=len(self._pending),
+            subscribers=self.subscriber_count(),
+            dropped_subscribers=self._dropped,
+        )

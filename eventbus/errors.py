@@ -1,0 +1,129 @@
+"""The closed set of errors the event bus and its log raise.
+
+Every error names what was wrong and, where a caller can recover (a cursor
+that is too old, a subscriber that fell behind), carries the number it needs
+to recover with.
+"""
+
+from __future__ import annotations
+
+
+class EventBusError(Exception):
+    """Base of every error raised by ``eventbus``."""
+
+
+# -- publishing ---------------------------------------------------------------
+
+
+class InvalidEvent(EventBusError, ValueError):
+    """``publish`` refused an event: bad type, ids or data. Nothing was assigned."""
+
+
+class UnknownEventType(InvalidEvent):
+    """The type is not in ``eventbus.catalog.EventType``."""
+
+    def __init__(self, event_type: object) -> None:
+        super().__init__(
+            f"unknown event type {event_type!r}; the catalog (eventbus.catalog.EventType) "
+            "is closed: add the type there and a payload model in eventbus.payloads first"
+        )
+        self.event_type = event_type
+
+
+class PayloadInvalid(InvalidEvent):
+    """The data does not match the payload model of its type (debug validation)."""
+
+    def __init__(self, event_type: str, errors: list[str]) -> None:
+        joined = "; ".join(errors)
+        super().__init__(f"invalid {event_type} payload: {joined}")
+        self.event_type = event_type
+        self.errors = errors
+
+
+class EventNotSerializable(InvalidEvent):
+    """The data cannot be encoded as strict JSON (NaN, bytes, arbitrary objects)."""
+
+
+# -- cursors -------------------------------------------------------------------
+
+
+class CursorError(EventBusError):
+    """Base for a replay cursor the bus cannot serve.
+
+    ``session_id`` is None for the all-sessions stream, whose cursor is the
+    global ``seq``; otherwise the cursor is that session's ``session_seq``.
+    """
+
+    def __init__(self, message: str, *, cursor: int, session_id: str | None) -> None:
+        super().__init__(message)
+        self.cursor = cursor
+        self.session_id = session_id
+
+
+def _scope(session_id: str | None) -> str:
+    return "all sessions (seq)" if session_id is None else f"session {session_id!r} (session_seq)"
+
+
+class CursorExpired(CursorError):
+    """The events right after the cursor were pruned from the log.
+
+    ``oldest_cursor`` is the smallest ``after`` value the log can still serve
+    without a gap; a client must reload its state before resuming from it.
+    """
+
+    def __init__(self, *, cursor: int, oldest_cursor: int, session_id: str | None) -> None:
+        super().__init__(
+            f"cursor after={cursor} for {_scope(session_id)} has expired: the log no longer "
+            f"holds the events after it; the oldest usable cursor is after={oldest_cursor}",
+            cursor=cursor,
+            session_id=session_id,
+        )
+        self.oldest_cursor = oldest_cursor
+
+
+class CursorInFuture(CursorError, ValueError):
+    """The cursor is beyond the newest event published so far."""
+
+    def __init__(self, *, cursor: int, latest_cursor: int, session_id: str | None) -> None:
+        super().__init__(
+            f"cursor after={cursor} for {_scope(session_id)} is in the future: the newest "
+            f"event so far is {latest_cursor}",
+            cursor=cursor,
+            session_id=session_id,
+        )
+        self.latest_cursor = latest_cursor
+
+
+# -- subscribers and lifecycle ---------------------------------------------------
+
+
+class SubscriberTooSlow(EventBusError):
+    """The subscriber's queue overflowed and it was cut off.
+
+    ``last_cursor`` is the cursor of the last event it was given (None if it
+    was given none); resubscribing with ``after=last_cursor`` misses nothing.
+    """
+
+    def __init__(self, *, last_cursor: int | None, session_id: str | None, max_queue: int) -> None:
+        resume = (
+            f"resubscribe with after={last_cursor}" if last_cursor is not None else "resubscribe"
+        )
+        super().__init__(
+            f"subscriber to {_scope(session_id)} fell more than {max_queue} events behind and "
+            f"was cut off; {resume} to continue without a gap"
+        )
+        self.last_cursor = last_cursor
+        self.session_id = session_id
+        self.max_queue = max_queue
+
+
+class BusNotStarted(EventBusError):
+    """The bus was used before ``await bus.start()``."""
+
+
+class BusClosed(EventBusError):
+    """The bus is closed (or stopped after a log failure, given as ``__cause__``)."""
+
+
+class EventLogError(EventBusError):
+    """The durable log failed or was misused: unreadable file, closed log, bad batch."""

@@ -1,0 +1,255 @@
+"""Subscription: one subscriber's ordered, gapless stream of EventRecords.
+
+A subscription with a cursor starts by *catching up*: it reads what it
+missed from the log, page by page, while the bus already fans new events out
+to it. It is registered with the bus before its first log read, so every
+event is either in the log when a read starts or fanned out to it
+afterwards: nothing falls between the two. Events seen both ways are
+dropped by cursor.
+
+Until the consumer has once drained everything (the last short page and the
+live events queued meanwhile), an overflowing queue costs nothing: every
+fanned-out event was committed to the log first, so the queue is emptied and
+the subscription goes back to reading the log. To rule out a gap, it only
+trusts a read that *began after* the last overflow. Once it has caught up,
+an overflow means the consumer is too slow: it is cut off (SubscriberTooSlow)
+and the publisher never waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+
+from eventbus.errors import CursorExpired, EventBusError, SubscriberTooSlow
+from eventbus.record import EventRecord
+
+PageReader = Callable[[int, int], Awaitable[list[EventRecord]]]
+"""Reads up to ``limit`` logged events after a cursor: ``(after, limit) -> records``."""
+
+
+class Subscription:
+    """An async iterator of EventRecords for one session, or all sessions.
+
+    Obtain one with ``await bus.subscribe(...)``. The cursor is ``session_seq``
+    for a session stream and the global ``seq`` for the all-sessions stream;
+    ``last_cursor`` is the cursor of the last record yielded. Iteration ends
+    with StopAsyncIteration after ``close()``, with SubscriberTooSlow if the
+    consumer fell behind, and with BusClosed when the bus shuts down (after
+    the records already queued have been yielded). One task iterates at a time.
+    """
+
+    def __init__(
+        self,
+        *,
+        session_id: str | None,
+        after: int | None,
+        max_queue: int,
+        page_size: int,
+        read_page: PageReader,
+        on_close: Callable[[Subscription], None],
+        replayable: bool,
+    ) -> None:
+        self.session_id = session_id
+        self.max_queue = max_queue
+        self._per_session = session_id is not None
+        self._cursor = after
+        self._page_size = page_size
+        self._read_page = read_page
+        self._on_close = on_close
+        # Reading: the log may hold events this subscription has not yielded.
+        self._reading = after is not None
+        # Tolerant: an overflow can be repaired from the log (not yet caught up).
+        self._tolerant = after is not None and replayable
+        self._page: deque[EventRecord] = deque()
+        self._live: deque[EventRecord] = deque()
+        self._overflows = 0
+        self._waiter: asyncio.Future[None] | None = None
+        self._finished = False  # no more live records will arrive
+        self._end: BaseException | None = None  # raised once the queues are drained
+        self._iterating = False
+
+    @property
+    def last_cursor(self) -> int | None:
+        """The cursor of the last record yielded (or the ``after`` it started from)."""
+        return self._cursor
+
+    @property
+    def queued(self) -> int:
+        """Live records waiting to be taken."""
+        return len(self._live)
+
+    @property
+    def catching_up(self) -> bool:
+        """True until the consumer has caught up with the live stream once."""
+        return self._tolerant
+
+    @property
+    def closed(self) -> bool:
+        """True once no more live records will arrive (closed, cut off or bus closed)."""
+        return self._finished
+
+    # -- called by the bus (on the event loop) -------------------------------------------
+
+    def _offer(self, records: list[EventRecord]) -> bool:
+        """Queue freshly committed records; False if this subscriber is cut off now."""
+        if self._finished:
+            return True
+        if len(self._live) + len(records) > self.max_queue:
+            if not self._tolerant:
+                self._finish(
+                    SubscriberTooSlow(
+                        last_cursor=self._cursor,
+                        session_id=self.session_id,
+                        max_queue=self.max_queue,
+                    )
+                )
+                return False
+            # The log holds all of these: drop them and read it again.
+            self._live.clear()
+            self._overflows += 1
+            self._reading = True
+        self._live.extend(records)
+        self._wake()
+        return True
+
+    def _finish(self, end: BaseException | None) -> None:
+        """No more live records; iteration ends with ``end`` (None: plain stop)."""
+        if self._finished:
+            return
+        self._finished = True
+        self._end = end
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def _prime(self) -> None:
+        """Read the first page now, so a bad cursor fails at subscribe time."""
+        if self._reading:
+            await self._read_more()
+
+    # -- iteration -----------------------------------------------------------------------
+
+    def __aiter__(self) -> Subscription:
+        return self
+
+    async def __anext__(self) -> EventRecord:
+        if self._iterating:
+            raise RuntimeError("a Subscription is iterated by one task at a time")
+        self._iterating = True
+        try:
+            return await self._next()
+        finally:
+            self._iterating = False
+
+    async def _next(self) -> EventRecord:
+        # Each pass yields a record, ends, reads one page, or waits for the bus;
+        # it cannot spin: reads and waits both need new events to come back.
+        while True:
+            if self._finished and self._end is None:
+                raise StopAsyncIteration  # closed by its owner: stop at once
+            if self._page:
+                return self._take(self._page.popleft())
+            if self._reading:
+                if self._end is not None:
+                    raise self._end
+                try:
+                    await self._read_more()
+                except EventBusError as exc:
+                    if self._end is not None:
+                        # The bus closed while the read was in flight; say so.
+                        raise self._end from exc
+                    # An expired cursor or a failed log ends the subscription for good.
+                    self._finish(exc)
+                    self._on_close(self)
+                    raise
+                continue
+            record = self._next_live()
+            if record is not None:
+                return record
+            # Nothing in the log or the queue that was not yielded: caught up.
+            self._tolerant = False
+            if self._end is not None:
+                if isinstance(self._end, SubscriberTooSlow):
+                    # Name the cursor of the last record actually handed out.
+                    self._end = SubscriberTooSlow(
+                        last_cursor=self._cursor,
+                        session_id=self.session_id,
+                        max_queue=self.max_queue,
+                    )
+                raise self._end
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+
+    def _take(self, record: EventRecord) -> EventRecord:
+        self._cursor = record.cursor(per_session=self._per_session)
+        return record
+
+    def _next_live(self) -> EventRecord | None:
+        live = self._live
+        while live:
+            record = live.popleft()
+            cursor = record.cursor(per_session=self._per_session)
+            if self._cursor is None or cursor == self._cursor + 1:
+                self._cursor = cursor
+                return record
+            if cursor <= self._cursor:
+                continue  # already yielded from the log
+            # Fan-out is contiguous by construction; a hole here is a bus bug.
+            raise EventBusError(
+                f"internal error: event stream jumped from cursor {self._cursor} to {cursor}"
+            )
+        return None
+
+    async def _read_more(self) -> None:
+        assert self._cursor is not None
+        overflows_before = self._overflows
+        page = await self._read_page(self._cursor, self._page_size)
+        if page:
+            first = page[0].cursor(per_session=self._per_session)
+            if first != self._cursor + 1:
+                # Pruned between the expiry check and this read.
+                raise CursorExpired(
+                    cursor=self._cursor, oldest_cursor=first - 1, session_id=self.session_id
+                )
+        self._page.extend(page)
+        if len(page) < self._page_size and self._overflows == overflows_before:
+            # The log is exhausted and the queue holds everything fanned out since.
+            self._reading = False
+
+    # -- closing -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop receiving; iteration ends after nothing more. Idempotent."""
+        if not self._finished:
+            self._page.clear()
+            self._live.clear()
+            self._finish(None)
+        self._on_close(self)
+
+    async def aclose(self) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Subscription:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        scope = "all sessions" if self.session_id is None else repr(self.session_id)
+        state = "catching up" if self._tolerant else "live"
+        return f"<Subscription {scope} {state} cursor={self._cursor} queued={len(self._live)}>"

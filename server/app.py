@@ -1,0 +1,137 @@
+"""The FastAPI application: routes, error shapes, middleware, lifespan."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from server.auth import TokenRegistry
+from server.config import Config
+from server.errors import ApiError, error_body
+from server.middleware import AuthMiddleware, BodyLimit, too_large_body
+from server.routes import sessions, streams, system, turns
+from server.runtime import Runtime
+from server.turns import TurnRunner
+
+log = logging.getLogger("toolrelay.server")
+VERSION = "0.1.0"
+
+
+def create_app(
+    config: Config,
+    tokens: TokenRegistry,
+    *,
+    message_runner_factory: Callable[[Runtime], TurnRunner | None] | None = None,
+) -> FastAPI:
+    """Build the app. The runtime (store, bus, dispatcher) starts in the lifespan."""
+    runtime = Runtime(config, tokens, message_runner_factory=message_runner_factory)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        try:
+            await runtime.start()
+        except BaseException:
+            await runtime.stop()
+            raise
+        try:
+            yield
+        finally:
+            await runtime.stop()
+
+    app = FastAPI(
+        title="toolrelay",
+        version=VERSION,
+        description="Async multi-client agent server: sessions, turns, confirmations, events.",
+        lifespan=lifespan,
+        redoc_url=None,
+    )
+    app.state.runtime = runtime
+    for router in (sessions.router, turns.router, streams.router, system.router):
+        app.include_router(router)
+    app.mount(
+        "/dashboard/static",
+        StaticFiles(directory=system.DASHBOARD_DIR, check_dir=False),
+        name="dashboard-static",
+    )
+    _install_error_handlers(app, config.server.max_body_bytes)
+    # Starlette wraps in reverse order: the body limit sees requests after authentication.
+    app.add_middleware(BodyLimit, max_body_bytes=config.server.max_body_bytes)
+    app.add_middleware(AuthMiddleware, tokens=lambda: runtime.tokens)
+    return app
+
+
+def _install_error_handlers(app: FastAPI, max_body_bytes: int) -> None:
+    async def api_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, ApiError)
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+        return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
+
+    async def validation_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        return JSONResponse(describe_validation(exc.errors()), status_code=422)
+
+    async def http_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        status = exc.status_code
+        if status == 413:
+            return JSONResponse(too_large_body(max_body_bytes), status_code=413)
+        if status == 404:
+            body = error_body("not_found", f"no route for {request.method} {request.url.path}")
+        elif status == 405:
+            body = error_body(
+                "method_not_allowed", f"{request.method} is not allowed on {request.url.path}"
+            )
+        else:
+            body = error_body("http_error", str(exc.detail))
+        return JSONResponse(body, status_code=status, headers=exc.headers)
+
+    async def internal_error(request: Request, exc: Exception) -> JSONResponse:
+        log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+        body = error_body("internal_error", "internal server error; details are in the server log")
+        return JSONResponse(body, status_code=500)
+
+    app.add_exception_handler(ApiError, api_error)
+    app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(StarletteHTTPException, http_error)
+    app.add_exception_handler(Exception, internal_error)
+
+
+def describe_validation(errors: Any) -> dict[str, Any]:
+    """FastAPI's validation errors as our error body, each naming its field."""
+    fields: list[dict[str, str]] = []
+    for err in errors:
+        loc = list(err.get("loc", ()))
+        where = loc[0] if loc else "body"
+        path = [str(p) for p in loc[1:]]
+        kind = err.get("type", "")
+        if kind == "json_invalid":
+            detail = err.get("ctx", {}).get("error", "malformed")
+            position = path[0] if path else "?"
+            fields.append(
+                {"field": "body", "message": f"not valid JSON: {detail} (at character {position})"}
+            )
+            continue
+        name = ".".join(path) if path else ("body" if where == "body" else str(where))
+        if where == "body" and not path and kind == "missing":
+            message = "a JSON object body is required"
+        elif kind == "extra_forbidden":
+            message = "unknown field"
+        elif kind == "model_attributes_type" or (kind == "dict_type" and not path):
+            message = "must be a JSON object"
+        else:
+            message = str(err.get("msg", "invalid"))
+            if message.startswith("Value error, "):
+                message = message[len("Value error, ") :]
+        if where in ("query", "path", "header"):
+            name = f"{where} parameter {name}"
+        fields.append({"field": name, "message": message})
+    summary = "; ".join(f"{f['field']}: {f['message']}" for f in fields) or "invalid request"
+    return error_body("invalid_request", summary, fields=fields)

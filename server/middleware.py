@@ -1,0 +1,176 @@
+"""ASGI middleware: authentication for HTTP and WebSocket, and the body limit.
+
+Authentication runs before routing and body parsing, so a caller without a
+valid token learns nothing, not even whether its JSON was malformed. The
+Principal is put into the ASGI scope for the routes (``principal_of``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import parse_qs
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from server.auth import CLIENT_NAME_HEADER, Principal, TokenRegistry, authenticate, bearer_token
+from server.errors import ApiError, error_body
+
+PRINCIPAL_KEY = "toolrelay.principal"
+# Reachable without a token: liveness, the API description, the dashboard's
+# static files (it asks for the token itself), and the root redirect.
+PUBLIC_PATHS = frozenset({"/", "/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect"})
+PUBLIC_PREFIXES = ("/dashboard",)
+
+
+def is_public(path: str) -> bool:
+    return path in PUBLIC_PATHS or any(
+        path == p or path.startswith(p + "/") for p in PUBLIC_PREFIXES
+    )
+
+
+def principal_of(scope: Scope) -> Principal:
+    principal = scope.get(PRINCIPAL_KEY)
+    if not isinstance(principal, Principal):
+        raise RuntimeError("route reached without authentication; is AuthMiddleware installed?")
+    return principal
+
+
+class AuthMiddleware:
+    """Resolves the caller's Principal or answers 401 (HTTP) / denies the handshake (WS)."""
+
+    def __init__(self, app: ASGIApp, tokens: Callable[[], TokenRegistry]) -> None:
+        self.app = app
+        self.tokens = tokens
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind not in ("http", "websocket") or is_public(scope["path"]):
+            await self.app(scope, receive, send)
+            return
+        headers = _headers(scope)
+        token = bearer_token(headers)
+        supplied_name = headers.get(CLIENT_NAME_HEADER)
+        if kind == "websocket":
+            query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+            token = token or _first(query, "token")
+            supplied_name = supplied_name or _first(query, "client")
+        try:
+            scope[PRINCIPAL_KEY] = authenticate(self.tokens(), token, supplied_name)
+        except ApiError as err:
+            if kind == "http":
+                await send_json(send, err.status, err.body(), www_authenticate=err.status == 401)
+            else:
+                await deny_websocket(scope, send, err.status, err.body())
+            return
+        await self.app(scope, receive, send)
+
+
+class BodyLimit:
+    """Bounds request bodies: 413 with our JSON error past ``max_body_bytes``.
+
+    A declared Content-Length over the limit is refused before anything reads
+    the body. A chunked body is counted as it is read; at the limit the 413 is
+    sent at once and the route sees a disconnect, so whatever it answers after
+    that is dropped.
+    """
+
+    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.max_body_bytes
+        declared = _headers(scope).get("content-length")
+        if declared is not None:
+            size = int(declared) if declared.isdigit() else -1
+            if size < 0:
+                body = error_body("invalid_request", "Content-Length must be a number")
+                await send_json(send, 400, body)
+                return
+            if size > limit:
+                await send_json(send, 413, too_large_body(limit))
+                return
+        received = 0
+        refused = False
+        started = False
+
+        async def counting_receive() -> Message:
+            nonlocal received, refused
+            if refused:
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    refused = True
+                    if not started:
+                        await send_json(send, 413, too_large_body(limit))
+                    return {"type": "http.disconnect"}
+            return message
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal started
+            if refused:
+                return  # the 413 went out already
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        await self.app(scope, counting_receive, guarded_send)
+
+
+def too_large_body(limit: int) -> dict[str, Any]:
+    return error_body(
+        "payload_too_large",
+        f"request body exceeds the limit of {limit} bytes (server.max_body_bytes)",
+        limit=limit,
+    )
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+
+
+def _first(query: dict[str, list[str]], key: str) -> str | None:
+    values = query.get(key)
+    return values[0] if values else None
+
+
+async def send_json(
+    send: Send, status: int, body: dict[str, Any], *, www_authenticate: bool = False
+) -> None:
+    payload = json.dumps(body).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(payload)).encode()),
+    ]
+    if www_authenticate:
+        headers.append((b"www-authenticate", b"Bearer"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": payload})
+
+
+async def deny_websocket(scope: Scope, send: Send, status: int, body: dict[str, Any]) -> None:
+    """Refuse a WebSocket handshake with an HTTP status and JSON body when the
+    server supports it (uvicorn does); otherwise close with 1008 and the message."""
+    if "websocket.http.response" in scope.get("extensions", {}):
+        payload = json.dumps(body).encode()
+        await send(
+            {
+                "type": "websocket.http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(payload)).encode()),
+                ],
+            }
+        )
+        await send({"type": "websocket.http.response.body", "body": payload})
+    else:
+        message = str(body.get("error", {}).get("message", "refused"))
+        await send({"type": "websocket.close", "code": 1008, "reason": message[:120]})

@@ -1,0 +1,31 @@
+"""Dependencies shared by the routes: the runtime and the authenticated caller."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request, WebSocket
+
+from server.auth import Principal
+from server.middleware import principal_of
+from server.runtime import Runtime
+
+
+def get_runtime(request: Request) -> Runtime:
+    runtime = request.app.state.runtime
+    assert isinstance(runtime, Runtime)
+    return runtime
+
+
+def get_runtime_ws(websocket: WebSocket) -> Runtime:
+    runtime = websocket.app.state.runtime
+    assert isinstance(runtime, Runtime)
+    return runtime
+
+
+def get_principal(request: Request) -> Principal:
+    return principal_of(request.scope)
+
+
+RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
+PrincipalDep = Annotated[Principal, Depends(get_principal)]

@@ -1,0 +1,43 @@
+"""Routes without a token: liveness, the root redirect, the dashboard's files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi import APIRouter
+from fastapi.responses import FileResponse, JSONResponse, RedirectResponse
+
+import clients
+from server.errors import NotFound
+from server.routes.deps import RuntimeDep
+
+router = APIRouter(tags=["system"])
+
+# The dashboard is plain static files shipped in the clients package.
+DASHBOARD_DIR = Path(clients.__file__).resolve().parent / "dashboard" / "static"
+
+
+@router.get("/healthz", responses={503: {"description": "Shutting down"}})
+async def healthz(runtime: RuntimeDep) -> JSONResponse:
+    """Liveness: 200 while the server accepts work, 503 while it shuts down."""
+    health = runtime.health()
+    return JSONResponse(health, status_code=200 if health["status"] == "ok" else 503)
+
+
+@router.get("/", include_in_schema=False)
+async def root() -> RedirectResponse:
+    return RedirectResponse("/dashboard/", status_code=307)
+
+
+@router.get("/dashboard", include_in_schema=False)
+async def dashboard_redirect() -> RedirectResponse:
+    # The page lives at /dashboard/ so that relative asset URLs resolve under it.
+    return RedirectResponse("/dashboard/", status_code=307)
+
+
+@router.get("/dashboard/", include_in_schema=False)
+async def dashboard() -> FileResponse:
+    index = DASHBOARD_DIR / "index.html"
+    if not index.is_file():
+        raise NotFound(f"the dashboard is not installed (no {index})")
+    return FileResponse(index, media_type="text/html")

@@ -1,0 +1,123 @@
+"""Turn and confirmation routes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+
+from dispatcher import UnknownConfirmation
+from server.errors import Conflict, NotFound
+from server.routes.deps import PrincipalDep, RuntimeDep
+from server.schemas import AnswerConfirmation, CreateTurn
+
+router = APIRouter(tags=["turns"])
+
+
+@router.post("/sessions/{session_id}/turns", status_code=202)
+async def create_turn(
+    session_id: str, body: CreateTurn, runtime: RuntimeDep, principal: PrincipalDep
+) -> dict[str, Any]:
+    """Start a turn; it runs in the background. 409 while another turn runs."""
+    sessions = runtime.sessions
+    record = sessions.get(principal, session_id)
+    turn = sessions.start_turn(principal, record, body.stored())
+    return {"turn_id": turn.id, "session_id": record.id, "status": turn.status}
+
+
+@router.get("/sessions/{session_id}/turns")
+async def list_turns(
+    session_id: str, runtime: RuntimeDep, principal: PrincipalDep
+) -> dict[str, Any]:
+    sessions = runtime.sessions
+    record = sessions.get(principal, session_id)
+    return {"turns": [sessions.turn_json(t) for t in runtime.store.list_turns(record.id)]}
+
+
+@router.get("/sessions/{session_id}/turns/{turn_id}")
+async def get_turn(
+    session_id: str, turn_id: str, runtime: RuntimeDep, principal: PrincipalDep
+) -> dict[str, Any]:
+    """Status and, once it ended, the tool results."""
+    sessions = runtime.sessions
+    record = sessions.get(principal, session_id)
+    return sessions.turn_json(sessions.get_turn(record, turn_id))
+
+
+@router.post(
+    "/sessions/{session_id}/turns/{turn_id}/cancel",
+    responses={202: {"description": "Cancellation under way; the turn has not ended yet"}},
+)
+async def cancel_turn(
+    session_id: str, turn_id: str, runtime: RuntimeDep, principal: PrincipalDep
+) -> JSONResponse:
+    """Cancel the turn's tools and pending confirmations. 200 once the turn has
+    ended (status ``cancelled``), 202 if it is still winding down."""
+    sessions = runtime.sessions
+    record = sessions.get(principal, session_id)
+    turn, ended = await sessions.cancel_turn(principal, record, turn_id)
+    return JSONResponse(sessions.turn_json(turn), status_code=200 if ended else 202)
+
+
+@router.get("/sessions/{session_id}/confirmations")
+async def pending_confirmations(
+    session_id: str, runtime: RuntimeDep, principal: PrincipalDep
+) -> dict[str, Any]:
+    """Confirmation requests still waiting for an answer, oldest first."""
+    record = runtime.sessions.get(principal, session_id)
+    pending = runtime.dispatcher.broker.pending(record.id)
+    return {
+        "confirmations": [
+            {**r.event_data(), "session_id": r.session_id, "turn_id": r.turn_id} for r in pending
+        ]
+    }
+
+
+@router.post(
+    "/sessions/{session_id}/turns/{turn_id}/confirmations/{request_id}",
+    responses={409: {"description": "Already resolved; the body names the winning answer"}},
+)
+async def answer_confirmation(
+    session_id: str,
+    turn_id: str,
+    request_id: str,
+    body: AnswerConfirmation,
+    runtime: RuntimeDep,
+    principal: PrincipalDep,
+) -> dict[str, Any]:
+    """Answer a confirmation request. The first answer wins (200); every later
+    one gets 409 with the winning decision."""
+    runtime.sessions.get(principal, session_id)
+    broker = runtime.dispatcher.broker
+    request = broker.get(request_id)
+    if request is None or request.session_id != session_id or request.turn_id != turn_id:
+        raise NotFound(
+            f"no confirmation request {request_id!r} in turn {turn_id!r} of session {session_id!r}"
+        )
+    try:
+        resolution = broker.resolve(
+            request_id,
+            body.decision,
+            scope=body.scope,
+            resolved_by=principal.client_name,
+            message=body.message,
+        )
+    except UnknownConfirmation:
+        raise NotFound(f"no confirmation request {request_id!r}") from None
+    answer = {
+        "request_id": resolution.request_id,
+        "tool_use_id": request.tool_use_id,
+        "decision": resolution.decision,
+        "scope": resolution.scope,
+        "resolved_by": resolution.resolved_by,
+        "message": resolution.message,
+    }
+    if not resolution.won:
+        raise Conflict(
+            f"confirmation {request_id!r} was already resolved: {resolution.decision} "
+            f"by {resolution.resolved_by}",
+            code="already_resolved",
+            resolution=answer,
+        )
+    return {**answer, "won": True}

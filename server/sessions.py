@@ -1,0 +1,496 @@
+"""SessionManager: sessions, their dispatcher state, and the one turn each may run.
+
+Routes call it after authentication; it enforces visibility (a ``user`` token
+sees only the sessions it created: any other id is "not found"), the
+one-turn-at-a-time rule, cancellation, graceful shutdown and recovery after
+a crash. Durable facts go to the Store; live state (the DispatchSession with
+its remembered approvals, the running turn's task) stays in memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from adapters.canonical import Message, ToolDefinition
+from dispatcher import DispatchSession, PolicyConfig, RulePolicy, ToolDispatcher, WorkspaceFileAPI
+from dispatcher.publisher import EventPublisher
+from server.auth import Principal
+from server.config import Config
+from server.errors import Conflict, Forbidden, InvalidRequest, NotFound, NotImplementedYet
+from server.store import (
+    MessageRecord,
+    SessionRecord,
+    Store,
+    TurnKind,
+    TurnRecord,
+    TurnStatus,
+)
+from server.turns import ToolUsesRunner, TurnContext, TurnOutcome, TurnRunner, interrupted_result
+
+log = logging.getLogger("toolrelay.sessions")
+
+# How long a cancel request waits for the turn to wind down before answering 202.
+CANCEL_WAIT = 2.0
+SHELL_TOOLS = ("shell", "run_command")
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(8)}"
+
+
+@dataclass(slots=True)
+class ActiveTurn:
+    """The running turn of a session."""
+
+    record: TurnRecord
+    context: TurnContext
+    task: asyncio.Task[None] | None = None
+    cancelled_by: str | None = None
+    cancel_reason: str | None = None
+    stop_reason: str | None = None  # set on shutdown: the turn fails with it
+    canceller: asyncio.Task[None] | None = None
+
+
+class SessionManager:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        config: Config,
+        store: Store,
+        dispatcher: ToolDispatcher,
+        publisher: EventPublisher,
+        message_runner: TurnRunner | None = None,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.dispatcher = dispatcher
+        self.publisher = publisher
+        self.message_runner = message_runner
+        self.tool_uses_runner: TurnRunner = ToolUsesRunner()
+        self._dispatch_sessions: dict[str, DispatchSession] = {}
+        self._active: dict[str, ActiveTurn] = {}
+        self._owners: dict[str, str] = {}
+        self._closing = False
+
+    # -- sessions ---------------------------------------------------------
+
+    def create(
+        self,
+        principal: Principal,
+        *,
+        workspace: str,
+        name: str | None = None,
+        policy: Mapping[str, Any] | None = None,
+        model: str | None = None,
+    ) -> SessionRecord:
+        root = self._check_workspace(workspace)
+        overrides = dict(policy or {})
+        self._effective_policy(overrides)  # reject bad overrides before anything is stored
+        record = SessionRecord(
+            id=new_id("ses"),
+            workspace=root,
+            owner=principal.token_name,
+            name=name,
+            model=model,
+            policy_overrides=overrides,
+        )
+        self.store.add_session(record)
+        self._owners[record.id] = record.owner
+        self.publisher.publish(
+            "session.created",
+            {
+                "workspace": record.workspace,
+                "name": record.name,
+                "owner": record.owner,
+                "model": record.model,
+                "created_by": principal.client_name,
+            },
+            session_id=record.id,
+        )
+        return record
+
+    def _check_workspace(self, workspace: str) -> str:
+        if not workspace or "\x00" in workspace:
+            raise InvalidRequest("workspace must be a non-empty path", field="workspace")
+        if not os.path.isabs(os.path.expanduser(workspace)):
+            raise InvalidRequest(
+                f"workspace {workspace!r} must be an absolute path", field="workspace"
+            )
+        root = os.path.realpath(os.path.expanduser(workspace))
+        if not os.path.exists(root):
+            raise InvalidRequest(f"workspace {workspace!r} does not exist", field="workspace")
+        if not os.path.isdir(root):
+            raise InvalidRequest(f"workspace {workspace!r} is not a directory", field="workspace")
+        allowed = self.config.workspaces.allowed_roots
+        if allowed:
+            reals = [os.path.realpath(os.path.expanduser(a)) for a in allowed]
+            if not any(root == a or root.startswith(a.rstrip(os.sep) + os.sep) for a in reals):
+                raise Forbidden(
+                    f"workspace {workspace!r} is outside the allowed roots "
+                    "(workspaces.allowed_roots)",
+                    field="workspace",
+                )
+        return root
+
+    def _effective_policy(self, overrides: dict[str, Any]) -> PolicyConfig:
+        try:
+            return self.config.policy.merged(overrides)
+        except ValidationError as exc:
+            details = "; ".join(
+                f"policy.{'.'.join(str(p) for p in e['loc'])}: "
+                + ("unknown key" if e["type"] == "extra_forbidden" else e["msg"])
+                for e in exc.errors()
+            )
+            raise InvalidRequest(f"invalid policy overrides: {details}", field="policy") from None
+
+    def get(self, principal: Principal, session_id: str) -> SessionRecord:
+        """The session, if this caller may see it; NotFound otherwise (the same
+        answer whether it does not exist or belongs to someone else)."""
+        record = self.store.get_session(session_id)
+        if record is None or not principal.can_see(record.owner):
+            raise NotFound(f"no session {session_id!r}")
+        return record
+
+    def list_visible(self, principal: Principal) -> list[SessionRecord]:
+        owner = None if principal.is_admin else principal.token_name
+        return self.store.list_sessions(owner=owner)
+
+    def owner_of(self, session_id: str) -> str | None:
+        """The token name that created a session (also after it was deleted)."""
+        owner = self._owners.get(session_id)
+        if owner is None:
+            owner = self.store.owner_of(session_id)
+            if owner is not None:
+                self._owners[session_id] = owner
+        return owner
+
+    async def delete(self, principal: Principal, session_id: str) -> SessionRecord:
+        record = self.get(principal, session_id)
+        active = self._active.get(session_id)
+        if active is not None:
+            self._request_cancel(active, principal.client_name, "session deleted")
+            await self._wait_for(active, None)
+        self.store.delete_session(session_id)
+        self._dispatch_sessions.pop(session_id, None)
+        self.publisher.publish(
+            "session.deleted",
+            {"reason": "deleted", "deleted_by": principal.client_name},
+            session_id=session_id,
+        )
+        return record
+
+    def to_json(self, record: SessionRecord) -> dict[str, Any]:
+        active = self._active.get(record.id)
+        return {
+            "id": record.id,
+            "name": record.name,
+            "workspace": record.workspace,
+            "owner": record.owner,
+            "model": record.model,
+            "policy": self._effective_policy(record.policy_overrides).model_dump(mode="json"),
+            "policy_overrides": record.policy_overrides,
+            "created_at": record.created_at,
+            "status": "running" if active is not None else "idle",
+            "current_turn_id": active.record.id if active is not None else None,
+        }
+
+    def dispatch_session(self, record: SessionRecord) -> DispatchSession:
+        """The dispatcher's view of a session, built on first use (also after a restart:
+        approvals given "for the session" live in memory and start empty then)."""
+        session = self._dispatch_sessions.get(record.id)
+        if session is None:
+            cfg = self.config
+            shell = cfg.workspaces.shell
+            shell_options = {
+                "sandbox": shell.sandbox,
+                "allowed_only": shell.allowed_only,
+                "timeout": shell.timeout,
+            }
+            try:
+                workspace = WorkspaceFileAPI(
+                    record.workspace, allow_delete=cfg.workspaces.allow_delete
+                )
+            except NotADirectoryError:
+                raise Conflict(
+                    f"the workspace {record.workspace!r} of session {record.id!r} no longer exists",
+                    code="workspace_missing",
+                ) from None
+            session = DispatchSession(
+                session_id=record.id,
+                workspace=workspace,
+                policy=RulePolicy(self._effective_policy(record.policy_overrides)),
+                max_concurrency=cfg.dispatcher.max_concurrency,
+                confirmation_timeout=cfg.confirmation_timeout,
+                tool_options={name: shell_options for name in SHELL_TOOLS},
+            )
+            self._dispatch_sessions[record.id] = session
+        return session
+
+    def tools(self, record: SessionRecord) -> list[ToolDefinition]:
+        return self.dispatcher.definitions_for(self.dispatch_session(record))
+
+    def messages(self, record: SessionRecord) -> list[MessageRecord]:
+        return self.store.messages(record.id)
+
+    # -- turns ------------------------------------------------------------
+
+    def running_count(self) -> int:
+        return len(self._active)
+
+    def active_turn(self, session_id: str) -> ActiveTurn | None:
+        return self._active.get(session_id)
+
+    def start_turn(
+        self, principal: Principal, record: SessionRecord, request: dict[str, Any]
+    ) -> TurnRecord:
+        """Store the turn and start it in the background; 409 while another runs."""
+        if self._closing:
+            raise Conflict("the server is shutting down", code="shutting_down")
+        runner: TurnRunner
+        kind: TurnKind
+        if "tool_uses" in request:
+            runner, kind = self.tool_uses_runner, "tool_uses"
+        else:
+            if self.message_runner is None:
+                raise NotImplementedYet(
+                    'turns with {"message": ...} need the agent loop, which this server '
+                    'does not provide yet; send {"tool_uses": [...]} to play the model yourself'
+                )
+            runner, kind = self.message_runner, "message"
+        running = self._active.get(record.id)
+        if running is not None:
+            raise Conflict(
+                f"turn {running.record.id!r} is still running in this session; wait for it "
+                "to end or cancel it",
+                code="turn_in_progress",
+                turn_id=running.record.id,
+            )
+        dispatch_session = self.dispatch_session(record)
+        turn = TurnRecord(
+            id=new_id("turn"),
+            session_id=record.id,
+            number=self.store.next_turn_number(record.id),
+            kind=kind,
+            status="running",
+            request=request,
+            created_by=principal.client_name,
+        )
+        self.store.add_turn(turn)
+        context = TurnContext(
+            session_id=record.id,
+            turn_id=turn.id,
+            request=request,
+            dispatch_session=dispatch_session,
+            dispatcher=self.dispatcher,
+            publisher=self.publisher,
+            append_message=lambda message: self._append(record.id, turn.id, message),
+        )
+        active = ActiveTurn(record=turn, context=context)
+        self._active[record.id] = active
+        started: dict[str, Any] = {
+            "source": kind,
+            "number": turn.number,
+            "created_by": principal.client_name,
+        }
+        if kind == "tool_uses":
+            started["tool_use_ids"] = [b["id"] for b in request["tool_uses"]]
+        self.publisher.publish("turn.started", started, session_id=record.id, turn_id=turn.id)
+        active.task = asyncio.create_task(self._drive(active, runner), name=f"turn-{turn.id}")
+        return turn
+
+    def _append(self, session_id: str, turn_id: str, message: Message) -> MessageRecord:
+        return self.store.append_message(
+            session_id, message.model_dump(mode="json"), turn_id=turn_id
+        )
+
+    def get_turn(self, record: SessionRecord, turn_id: str) -> TurnRecord:
+        turn = self.store.get_turn(turn_id, session_id=record.id)
+        if turn is None:
+            raise NotFound(f"no turn {turn_id!r} in session {record.id!r}")
+        return turn
+
+    def turn_json(self, turn: TurnRecord) -> dict[str, Any]:
+        data = turn.to_json()
+        active = self._active.get(turn.session_id)
+        data["cancel_requested"] = (
+            active is not None and active.record.id == turn.id and active.cancelled_by is not None
+        )
+        return data
+
+    async def cancel_turn(
+        self, principal: Principal, record: SessionRecord, turn_id: str
+    ) -> tuple[TurnRecord, bool]:
+        """Cancel a running turn's tools and pending confirmations. Returns the turn
+        and whether it has ended by the time this returns (bounded wait)."""
+        turn = self.get_turn(record, turn_id)
+        active = self._active.get(record.id)
+        if active is None or active.record.id != turn_id:
+            raise Conflict(
+                f"turn {turn_id!r} is not running (status: {turn.status})",
+                code="turn_not_running",
+                status=turn.status,
+            )
+        self._request_cancel(active, principal.client_name, "cancelled")
+        ended = await self._wait_for(active, CANCEL_WAIT)
+        return self.get_turn(record, turn_id), ended
+
+    def _request_cancel(self, active: ActiveTurn, by: str, reason: str) -> None:
+        if active.cancelled_by is None and active.stop_reason is None:
+            active.cancelled_by = by
+            active.cancel_reason = reason
+        if active.canceller is None:
+            active.canceller = asyncio.create_task(
+                self._cancel_work(active), name=f"cancel-{active.record.id}"
+            )
+
+    async def _cancel_work(self, active: ActiveTurn) -> None:
+        active.context.cancel_requested.set()
+        # Settles pending confirmations as "cancelled" and stops running tools
+        # (waiting up to the dispatcher's grace period for stubborn ones).
+        await self.dispatcher.cancel_session_tools(active.record.session_id)
+        task = active.task
+        if task is None or task.done():
+            return
+        # A runner that is not inside a tool call (e.g. streaming from a model)
+        # gets a moment to notice cancel_requested, then its task is cancelled.
+        done, _ = await asyncio.wait({task}, timeout=CANCEL_WAIT)
+        if not done:
+            task.cancel()
+
+    async def _wait_for(self, active: ActiveTurn, limit: float | None) -> bool:
+        task = active.task
+        if task is None:
+            return True
+        done, _ = await asyncio.wait({task}, timeout=limit)
+        return bool(done)
+
+    async def _drive(self, active: ActiveTurn, runner: TurnRunner) -> None:
+        ctx = active.context
+        outcome: TurnOutcome | None = None
+        failure: str | None = None
+        interrupted = False
+        try:
+            outcome = await runner.run(ctx)
+        except asyncio.CancelledError:
+            interrupted = True
+        except Exception as exc:
+            log.exception("turn %s failed", ctx.turn_id)
+            failure = f"internal error: {type(exc).__name__}; details are in the server log"
+        finally:
+            self._finish(active, outcome, failure, interrupted)
+        if interrupted and active.stop_reason is None and active.cancelled_by is None:
+            raise asyncio.CancelledError
+
+    def _finish(
+        self,
+        active: ActiveTurn,
+        outcome: TurnOutcome | None,
+        failure: str | None,
+        interrupted: bool,
+    ) -> None:
+        ctx = active.context
+        results = [r.model_dump(mode="json") for r in outcome.results] if outcome else None
+        usage = outcome.usage if outcome else None
+        status: TurnStatus
+        data: dict[str, Any]
+        if active.stop_reason is not None:
+            status, reason = "failed", active.stop_reason
+            data = {"reason": reason, "message": "the server stopped while the turn was running"}
+        elif active.cancelled_by is not None:
+            status, reason = "cancelled", active.cancel_reason or "cancelled"
+            data = {"reason": reason, "cancelled_by": active.cancelled_by}
+        elif failure is not None:
+            status, reason = "failed", "internal_error"
+            data = {"reason": reason, "message": failure}
+        elif interrupted:
+            status, reason = "failed", "interrupted"
+            data = {"reason": reason, "message": "the turn's task was cancelled"}
+        else:
+            status, reason = "completed", None
+            errors = sum(1 for r in outcome.results if r.is_error) if outcome else 0
+            data = {"usage": usage, "results": len(results or []), "errors": errors}
+        self.store.finish_turn(
+            ctx.turn_id, status=status, reason=reason, results=results, usage=usage
+        )
+        self._active.pop(ctx.session_id, None)
+        try:
+            self.publisher.publish(
+                f"turn.{status}", data, session_id=ctx.session_id, turn_id=ctx.turn_id
+            )
+        except Exception:
+            # The bus is already closed (shutdown raced the turn): the store has the outcome.
+            log.warning("could not publish turn.%s for %s", status, ctx.turn_id, exc_info=True)
+
+    # -- lifecycle --------------------------------------------------------
+
+    async def shutdown(self, *, budget: float) -> None:
+        """End every running turn as failed (``server_shutdown``), within ``budget`` s."""
+        self._closing = True
+        actives = list(self._active.values())
+        for active in actives:
+            active.stop_reason = "server_shutdown"
+            active.context.cancel_requested.set()
+            self.dispatcher.broker.cancel_session(active.record.session_id)
+        cancels = [self.dispatcher.cancel_session_tools(a.record.session_id) for a in actives]
+        if cancels:
+            try:
+                async with asyncio.timeout(budget):
+                    await asyncio.gather(*cancels)
+            except TimeoutError:
+                log.warning("tools still running at shutdown; their turns are cancelled")
+        tasks = [a.task for a in actives if a.task is not None and not a.task.done()]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=budget)
+
+    def recover(self) -> list[TurnRecord]:
+        """After a crash: every turn still marked running fails with ``server_restart``,
+        and tool calls left without a result get an error result."""
+        recovered: list[TurnRecord] = []
+        for turn in self.store.running_turns():
+            self._answer_orphans(turn)
+            ended = self.store.finish_turn(turn.id, status="failed", reason="server_restart")
+            if ended is None:
+                continue
+            recovered.append(ended)
+            self.publisher.publish(
+                "turn.failed",
+                {
+                    "reason": "server_restart",
+                    "message": "the server stopped unexpectedly while the turn was running",
+                },
+                session_id=turn.session_id,
+                turn_id=turn.id,
+            )
+        return recovered
+
+    def _answer_orphans(self, turn: TurnRecord) -> None:
+        answered: set[str] = set()
+        asked: list[str] = []
+        for message in self.store.messages(turn.session_id):
+            for block in message.message.get("content", []):
+                if block.get("type") == "tool_use":
+                    asked.append(block["id"])
+                elif block.get("type") == "tool_result":
+                    answered.add(block["tool_use_id"])
+        missing = [tid for tid in asked if tid not in answered]
+        if not missing:
+            return
+        reason = "the server stopped before the call finished"
+        results = [interrupted_result(tid, reason) for tid in missing]
+        self.store.append_message(
+            turn.session_id,
+            Message(role="tool", content=list(results)).model_dump(mode="json"),
+            turn_id=turn.id,
+        )

@@ -1,0 +1,345 @@
+"""Durable server state: sessions, turns and conversation messages in SQLite.
+
+It lives in the data dir next to (not inside) the event log: the log is the
+stream clients replay, this is the state routes answer from. Calls are made
+on the event loop: each is one small indexed statement, and WAL with
+``synchronous=NORMAL`` commits without an fsync, so a call costs tens of
+microseconds, less than a thread hop would.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+TurnStatus = Literal["running", "completed", "failed", "cancelled"]
+TurnKind = Literal["tool_uses", "message"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY,
+    name TEXT,
+    workspace TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    model TEXT,
+    policy TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    deleted_at TEXT
+);
+CREATE TABLE IF NOT EXISTS turns (
+    id TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL REFERENCES sessions(id),
+    number INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    status TEXT NOT NULL,
+    reason TEXT,
+    request TEXT NOT NULL,
+    results TEXT,
+    usage TEXT,
+    created_by TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    finished_at TEXT
+);
+CREATE INDEX IF NOT EXISTS turns_by_session ON turns(session_id, number);
+CREATE INDEX IF NOT EXISTS turns_by_status ON turns(status);
+CREATE TABLE IF NOT EXISTS messages (
+    session_id TEXT NOT NULL REFERENCES sessions(id),
+    idx INTEGER NOT NULL,
+    turn_id TEXT,
+    message TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    PRIMARY KEY (session_id, idx)
+);
+"""
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+class StoreError(Exception):
+    """The state database cannot be opened or used."""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRecord:
+    """A session as stored."""
+
+    id: str
+    workspace: str
+    owner: str
+    name: str | None = None
+    model: str | None = None
+    policy_overrides: dict[str, Any] = field(default_factory=dict)
+    created_at: str = field(default_factory=now_rfc3339)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRecord:
+    """A turn as stored. ``results`` holds tool_result blocks as JSON objects."""
+
+    id: str
+    session_id: str
+    number: int
+    kind: TurnKind
+    status: TurnStatus
+    request: dict[str, Any]
+    created_by: str
+    reason: str | None = None
+    results: list[dict[str, Any]] | None = None
+    usage: dict[str, Any] | None = None
+    created_at: str = field(default_factory=now_rfc3339)
+    finished_at: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "session_id": self.session_id,
+            "number": self.number,
+            "kind": self.kind,
+            "status": self.status,
+            "reason": self.reason,
+            "request": self.request,
+            "results": self.results,
+            "usage": self.usage,
+            "created_by": self.created_by,
+            "created_at": self.created_at,
+            "finished_at": self.finished_at,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRecord:
+    """One conversation message (canonical JSON) and the turn that added it."""
+
+    index: int
+    turn_id: str | None
+    message: dict[str, Any]
+    created_at: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "turn_id": self.turn_id,
+            "created_at": self.created_at,
+            **self.message,
+        }
+
+
+class Store:
+    """Sessions, turns and messages; see the module docstring."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    @classmethod
+    def open(cls, path: str | Path) -> Store:
+        try:
+            conn = sqlite3.connect(
+                str(path), isolation_level=None, check_same_thread=False, timeout=5.0
+            )
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            conn.executescript(_SCHEMA)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open the state database {path}: {exc}") from exc
+        return cls(conn)
+
+    def close(self) -> None:
+        self._conn.close()
+
+    # -- sessions ---------------------------------------------------------
+
+    def add_session(self, record: SessionRecord) -> None:
+        self._conn.execute(
+            "INSERT INTO sessions (id, name, workspace, owner, model, policy, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                record.id,
+                record.name,
+                record.workspace,
+                record.owner,
+                record.model,
+                json.dumps(record.policy_overrides),
+                record.created_at,
+            ),
+        )
+
+    def get_session(self, session_id: str) -> SessionRecord | None:
+        row = self._conn.execute(
+            "SELECT id, name, workspace, owner, model, policy, created_at FROM sessions"
+            " WHERE id = ? AND deleted_at IS NULL",
+            (session_id,),
+        ).fetchone()
+        return _session(row) if row else None
+
+    def owner_of(self, session_id: str) -> str | None:
+        """Who created a session, deleted or not (event visibility needs it)."""
+        row = self._conn.execute(
+            "SELECT owner FROM sessions WHERE id = ?", (session_id,)
+        ).fetchone()
+        return str(row[0]) if row else None
+
+    def list_sessions(self, *, owner: str | None = None) -> list[SessionRecord]:
+        sql = (
+            "SELECT id, name, workspace, owner, model, policy, created_at FROM sessions"
+            " WHERE deleted_at IS NULL"
+        )
+        args: tuple[str, ...] = ()
+        if owner is not None:
+            sql += " AND owner = ?"
+            args = (owner,)
+        rows = self._conn.execute(sql + " ORDER BY created_at, id", args).fetchall()
+        return [_session(r) for r in rows]
+
+    def delete_session(self, session_id: str) -> bool:
+        # Kept as a tombstone: the event log still holds the session's events, and
+        # deciding who may replay them needs the owner.
+        cur = self._conn.execute(
+            "UPDATE sessions SET deleted_at = ? WHERE id = ? AND deleted_at IS NULL",
+            (now_rfc3339(), session_id),
+        )
+        return cur.rowcount > 0
+
+    # -- turns ------------------------------------------------------------
+
+    def next_turn_number(self, session_id: str) -> int:
+        row = self._conn.execute(
+            "SELECT COALESCE(MAX(number), 0) FROM turns WHERE session_id = ?", (session_id,)
+        ).fetchone()
+        return int(row[0]) + 1
+
+    def add_turn(self, record: TurnRecord) -> None:
+        self._conn.execute(
+            "INSERT INTO turns (id, session_id, number, kind, status, reason, request, results,"
+            " usage, created_by, created_at, finished_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                record.id,
+                record.session_id,
+                record.number,
+                record.kind,
+                record.status,
+                record.reason,
+                json.dumps(record.request),
+                _dump_opt(record.results),
+                _dump_opt(record.usage),
+                record.created_by,
+                record.created_at,
+                record.finished_at,
+            ),
+        )
+
+    def finish_turn(
+        self,
+        turn_id: str,
+        *,
+        status: TurnStatus,
+        reason: str | None = None,
+        results: list[dict[str, Any]] | None = None,
+        usage: dict[str, Any] | None = None,
+    ) -> TurnRecord | None:
+        """Record how a running turn ended; None if it was not running (already ended)."""
+        cur = self._conn.execute(
+            "UPDATE turns SET status = ?, reason = ?, results = COALESCE(?, results),"
+            " usage = COALESCE(?, usage), finished_at = ? WHERE id = ? AND status = 'running'",
+            (status, reason, _dump_opt(results), _dump_opt(usage), now_rfc3339(), turn_id),
+        )
+        if cur.rowcount == 0:
+            return None
+        return self.get_turn(turn_id)
+
+    def get_turn(self, turn_id: str, *, session_id: str | None = None) -> TurnRecord | None:
+        row = self._conn.execute(
+            "SELECT id, session_id, number, kind, status, reason, request, results, usage,"
+            " created_by, created_at, finished_at FROM turns WHERE id = ?",
+            (turn_id,),
+        ).fetchone()
+        if row is None:
+            return None
+        turn = _turn(row)
+        if session_id is not None and turn.session_id != session_id:
+            return None
+        return turn
+
+    def list_turns(self, session_id: str) -> list[TurnRecord]:
+        rows = self._conn.execute(
+            "SELECT id, session_id, number, kind, status, reason, request, results, usage,"
+            " created_by, created_at, finished_at FROM turns WHERE session_id = ?"
+            " ORDER BY number",
+            (session_id,),
+        ).fetchall()
+        return [_turn(r) for r in rows]
+
+    def running_turns(self) -> list[TurnRecord]:
+        rows = self._conn.execute(
+            "SELECT id, session_id, number, kind, status, reason, request, results, usage,"
+            " created_by, created_at, finished_at FROM turns WHERE status = 'running'"
+            " ORDER BY created_at",
+        ).fetchall()
+        return [_turn(r) for r in rows]
+
+    # -- messages ---------------------------------------------------------
+
+    def append_message(
+        self, session_id: str, message: dict[str, Any], *, turn_id: str | None
+    ) -> MessageRecord:
+        created_at = now_rfc3339()
+        # One statement picks the next index, so two appends can never share one.
+        row = self._conn.execute(
+            "INSERT INTO messages (session_id, idx, turn_id, message, created_at)"
+            " SELECT ?, COALESCE(MAX(idx), -1) + 1, ?, ?, ? FROM messages WHERE session_id = ?"
+            " RETURNING idx",
+            (session_id, turn_id, json.dumps(message), created_at, session_id),
+        ).fetchone()
+        return MessageRecord(int(row[0]), turn_id, message, created_at)
+
+    def messages(self, session_id: str) -> list[MessageRecord]:
+        rows = self._conn.execute(
+            "SELECT idx, turn_id, message, created_at FROM messages WHERE session_id = ?"
+            " ORDER BY idx",
+            (session_id,),
+        ).fetchall()
+        return [MessageRecord(int(r[0]), r[1], json.loads(r[2]), r[3]) for r in rows]
+
+
+def _dump_opt(value: Any) -> str | None:
+    return None if value is None else json.dumps(value)
+
+
+def _load_opt(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def _session(row: tuple[Any, ...]) -> SessionRecord:
+    return SessionRecord(
+        id=row[0],
+        name=row[1],
+        workspace=row[2],
+        owner=row[3],
+        model=row[4],
+        policy_overrides=json.loads(row[5]),
+        created_at=row[6],
+    )
+
+
+def _turn(row: tuple[Any, ...]) -> TurnRecord:
+    return TurnRecord(
+        id=row[0],
+        session_id=row[1],
+        number=int(row[2]),
+        kind=row[3],
+        status=row[4],
+        reason=row[5],
+        request=json.loads(row[6]),
+        results=_load_opt(row[7]),
+        usage=_load_opt(row[8]),
+        created_by=row[9],
+        created_at=row[10],
+        finished_at=row[11],
+    )

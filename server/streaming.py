@@ -1,0 +1,244 @@
+"""The event streams: ``WS /sessions/{id}/events`` and ``WS /events``.
+
+One WebSocket = one bus Subscription. The bus hands over each event already
+encoded, and that same text goes to every socket (no per-subscriber
+encoding). Two tasks serve a socket: the sender drains the subscription, the
+receiver watches the client (which may only close; what it sends is ignored,
+and a client that keeps talking or sends binary frames is closed). Whichever
+ends first ends the other. Close codes are documented in
+specs/streaming-protocol.md and listed in ``CloseCode``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import TYPE_CHECKING
+
+from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
+
+from eventbus import (
+    BusClosed,
+    BusNotStarted,
+    CursorExpired,
+    CursorInFuture,
+    EventBusError,
+    EventRecord,
+    SubscriberTooSlow,
+    Subscription,
+)
+from server.auth import Principal
+from server.errors import ApiError, InvalidRequest, error_body
+from server.middleware import deny_websocket, principal_of
+
+if TYPE_CHECKING:
+    from server.runtime import Runtime
+
+log = logging.getLogger("toolrelay.streaming")
+
+# Text messages a client may send (all ignored) before it is closed for talking.
+MAX_CLIENT_MESSAGES = 100
+
+
+class CloseCode(IntEnum):
+    """Close codes of the event streams."""
+
+    NORMAL = 1000  # the session was deleted: its stream has ended
+    UNSUPPORTED_DATA = 1003  # the client sent a binary frame
+    POLICY_VIOLATION = 1008  # the client kept sending messages on a one-way stream
+    INTERNAL_ERROR = 1011  # the stream failed on the server; resume with after=
+    SERVICE_RESTART = 1012  # the server is shutting down; reconnect later with after=
+    BAD_CURSOR = 4400  # after= is ahead of the log (a cursor from another server?)
+    CURSOR_EXPIRED = 4410  # the events after the cursor were pruned; reload state
+    TOO_SLOW = 4429  # the client fell too far behind; reconnect with after=<last>
+
+
+@dataclass(frozen=True, slots=True)
+class _Close:
+    code: int
+    reason: str
+
+
+_DISCONNECTED = _Close(0, "client disconnected")
+
+
+def parse_after(raw: str | None) -> int | None:
+    if raw is None or raw == "":
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise InvalidRequest(f"after must be a non-negative integer, got {raw!r}", field="after")
+    return value
+
+
+def _reason(text: str) -> str:
+    # A close reason may hold at most 123 bytes of UTF-8.
+    encoded = text.encode("utf-8")
+    return text if len(encoded) <= 123 else encoded[:120].decode("utf-8", "ignore") + "..."
+
+
+async def serve_stream(ws: WebSocket, runtime: Runtime, session_id: str | None) -> None:
+    """Authenticate, subscribe (replay from ``after``), then stream until one side ends."""
+    principal = principal_of(ws.scope)
+    try:
+        if session_id is not None:
+            runtime.sessions.get(principal, session_id)
+        after = parse_after(ws.query_params.get("after"))
+    except ApiError as err:
+        await deny_websocket(ws.scope, ws.send, err.status, err.body())
+        return
+    try:
+        subscription = await runtime.bus.subscribe(session_id=session_id, after=after)
+    except (BusClosed, BusNotStarted):
+        body = error_body("unavailable", "the server is shutting down")
+        await deny_websocket(ws.scope, ws.send, 503, body)
+        return
+    except CursorExpired as exc:
+        # Accepted, then closed: browsers can read a close code and reason, not an
+        # HTTP status, and this one tells the client what to do.
+        await _accept_and_close(
+            ws, CloseCode.CURSOR_EXPIRED, f"cursor expired; oldest usable after={exc.oldest_cursor}"
+        )
+        return
+    except CursorInFuture as exc:
+        await _accept_and_close(
+            ws,
+            CloseCode.BAD_CURSOR,
+            f"after={exc.cursor} is ahead of the log (latest {exc.latest_cursor})",
+        )
+        return
+    except EventBusError as exc:
+        log.error("cannot open an event stream: %s", exc)
+        body = error_body("unavailable", "the event log cannot be read; see the server log")
+        await deny_websocket(ws.scope, ws.send, 503, body)
+        return
+    await ws.accept()
+    attachment = runtime.presence.attach(
+        session_id=session_id, client_name=principal.client_name, token_name=principal.token_name
+    )
+    if session_id is not None:
+        _publish_presence(runtime, "client.attached", session_id, attachment.client_id, principal)
+    close: _Close = _DISCONNECTED
+    try:
+        close = await _pump(ws, runtime, subscription, principal)
+    finally:
+        subscription.close()
+        runtime.presence.detach(attachment)
+        # After session.deleted nothing more belongs to the session's stream.
+        if session_id is not None and runtime.store.get_session(session_id) is not None:
+            reason = "disconnected" if close is _DISCONNECTED else close.reason
+            _publish_presence(
+                runtime, "client.detached", session_id, attachment.client_id, principal, reason
+            )
+    if close is not _DISCONNECTED and ws.client_state == WebSocketState.CONNECTED:
+        with contextlib.suppress(RuntimeError, OSError, WebSocketDisconnect):
+            await ws.close(close.code, _reason(close.reason))
+
+
+async def _accept_and_close(ws: WebSocket, code: int, reason: str) -> None:
+    await ws.accept()
+    with contextlib.suppress(RuntimeError, OSError, WebSocketDisconnect):
+        await ws.close(code, _reason(reason))
+
+
+async def _pump(
+    ws: WebSocket, runtime: Runtime, subscription: Subscription, principal: Principal
+) -> _Close:
+    sender = asyncio.create_task(_send_events(ws, runtime, subscription, principal))
+    receiver = asyncio.create_task(_watch_client(ws))
+    try:
+        done, _ = await asyncio.wait({sender, receiver}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (sender, receiver):
+            task.cancel()
+        await asyncio.gather(sender, receiver, return_exceptions=True)
+    first = sender if sender in done else receiver
+    if first.cancelled():
+        return _DISCONNECTED
+    exc = first.exception()
+    if exc is not None:
+        log.error("event stream failed", exc_info=exc)
+        return _Close(CloseCode.INTERNAL_ERROR, "internal error; reconnect with after=")
+    return first.result()
+
+
+async def _send_events(
+    ws: WebSocket, runtime: Runtime, subscription: Subscription, principal: Principal
+) -> _Close:
+    per_session = subscription.session_id is not None
+    # On the all-sessions stream a user token sees only its own sessions' events.
+    filtered = not per_session and not principal.is_admin
+    owner_of = runtime.sessions.owner_of
+    record: EventRecord
+    try:
+        async for record in subscription:
+            if filtered and owner_of(record.session_id) != principal.token_name:
+                continue
+            try:
+                await ws.send_text(record.text)
+            except (WebSocketDisconnect, RuntimeError, OSError):
+                return _DISCONNECTED
+            if per_session and record.type == "session.deleted":
+                return _Close(CloseCode.NORMAL, "session deleted")
+    except SubscriberTooSlow:
+        # The subscription's own cursor, not the error's: the error records the cursor
+        # at the overflow, and the records queued before it were still sent after it.
+        last = subscription.last_cursor
+        resume = "" if last is None else f" resume with after={last}"
+        return _Close(CloseCode.TOO_SLOW, "client too slow;" + resume)
+    except CursorExpired as exc:
+        return _Close(
+            CloseCode.CURSOR_EXPIRED, f"cursor expired; oldest usable after={exc.oldest_cursor}"
+        )
+    except BusClosed:
+        return _Close(CloseCode.SERVICE_RESTART, "server shutting down; reconnect with after=")
+    except EventBusError as exc:
+        log.error("event stream failed: %s", exc)
+        return _Close(CloseCode.INTERNAL_ERROR, "internal error; reconnect with after=")
+    # The subscription was closed by us (not expected while the socket is open).
+    return _Close(CloseCode.SERVICE_RESTART, "stream closed; reconnect with after=")
+
+
+async def _watch_client(ws: WebSocket) -> _Close:
+    """Read what the client sends: nothing is expected. Ends on disconnect."""
+    talked = 0
+    while True:
+        try:
+            message = await ws.receive()
+        except (WebSocketDisconnect, RuntimeError, OSError):
+            return _DISCONNECTED
+        if message["type"] == "websocket.disconnect":
+            return _DISCONNECTED
+        if message.get("bytes") is not None:
+            return _Close(
+                CloseCode.UNSUPPORTED_DATA, "this stream is one-way; binary frames refused"
+            )
+        talked += 1
+        if talked > MAX_CLIENT_MESSAGES:
+            return _Close(
+                CloseCode.POLICY_VIOLATION, "this stream is one-way; act over HTTP instead"
+            )
+
+
+def _publish_presence(
+    runtime: Runtime,
+    type: str,
+    session_id: str,
+    client_id: str,
+    principal: Principal,
+    reason: str | None = None,
+) -> None:
+    data: dict[str, str | None] = {"client_id": client_id, "client_name": principal.client_name}
+    if type == "client.detached":
+        data["reason"] = reason
+    try:
+        runtime.bus.publish(type, data, session_id=session_id)
+    except EventBusError:
+        # Shutting down: presence events are not worth failing over.
+        log.debug("presence event %s not published: bus closed", type)

@@ -1,0 +1,94 @@
+"""Turns: one assistant message's worth of work, run in a background task.
+
+A TurnRunner does the work of one kind of turn. ``ToolUsesRunner`` runs a
+client-supplied assistant message (``{"tool_uses": [...]}``) through the
+dispatcher. The agent loop (``{"message": ...}``) plugs in as another runner
+(see ``SessionManager(message_runner=...)``) with the same context: it can
+append messages, dispatch tool calls and publish events, and it learns of a
+cancellation through ``TurnContext.cancel_requested``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from adapters.canonical import Message, ToolResultBlock, ToolUseBlock, text_result
+from dispatcher import DispatchSession, ToolDispatcher
+from dispatcher.publisher import EventPublisher
+from server.store import MessageRecord
+
+
+@dataclass(slots=True)
+class TurnContext:
+    """What a runner sees of its turn."""
+
+    session_id: str
+    turn_id: str
+    request: dict[str, Any]
+    dispatch_session: DispatchSession
+    dispatcher: ToolDispatcher
+    publisher: EventPublisher
+    append_message: Callable[[Message], MessageRecord]
+    # Set when a client cancels the turn; a runner must not start new work after it.
+    cancel_requested: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def publish(self, type: str, data: dict[str, Any]) -> None:
+        self.publisher.publish(type, data, session_id=self.session_id, turn_id=self.turn_id)
+
+
+@dataclass(slots=True)
+class TurnOutcome:
+    """What a finished turn hands back: the tool results (in call order) and
+    model usage, if a model was called."""
+
+    results: list[ToolResultBlock]
+    usage: dict[str, int] | None = None
+
+
+class TurnRunner(Protocol):
+    """Runs one kind of turn. It must append every message it produces (so the
+    conversation survives a restart) and answer every tool_use it stored with a
+    tool_result, even when cancelled."""
+
+    async def run(self, ctx: TurnContext) -> TurnOutcome: ...
+
+
+class ToolUsesRunner:
+    """The client plays the model: its tool_use blocks become the assistant
+    message, the dispatcher runs them (concurrently, capped per session), and
+    the results become the tool message."""
+
+    async def run(self, ctx: TurnContext) -> TurnOutcome:
+        blocks = [ToolUseBlock.model_validate(b) for b in ctx.request["tool_uses"]]
+        assistant = Message(role="assistant", content=list(blocks))
+        ctx.append_message(assistant)
+        ctx.publish("message.completed", {"message": assistant.model_dump(mode="json")})
+        try:
+            results = await ctx.dispatcher.dispatch_all(
+                blocks, ctx.dispatch_session, turn_id=ctx.turn_id
+            )
+        except asyncio.CancelledError:
+            # Shutdown cancels the task: the conversation still gets an answer
+            # for every call, so it stays valid for the model afterwards.
+            answer_unanswered(ctx, blocks, "the server stopped before the call finished")
+            raise
+        tool_message = Message(role="tool", content=list(results))
+        ctx.append_message(tool_message)
+        ctx.publish("message.completed", {"message": tool_message.model_dump(mode="json")})
+        return TurnOutcome(results=results)
+
+
+def answer_unanswered(
+    ctx: TurnContext, blocks: list[ToolUseBlock], reason: str
+) -> list[ToolResultBlock]:
+    """Append a tool message with an error result for each of ``blocks``."""
+    results = [interrupted_result(b.id, reason) for b in blocks]
+    ctx.append_message(Message(role="tool", content=list(results)))
+    return results
+
+
+def interrupted_result(tool_use_id: str, reason: str) -> ToolResultBlock:
+    return text_result(tool_use_id, f"Interrupted: {reason}.", is_error=True)

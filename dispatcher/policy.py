@@ -100,6 +100,42 @@ class ConfirmationPolicy(Protocol):
     def mode_for(self, query: PolicyQuery) -> ConfirmMode: ...
 
 
+# How strict each mode is: a session override may move a call only rightwards
+# here when its author is not trusted to loosen the server's policy.
+STRICTNESS: dict[ConfirmMode, int] = {
+    ConfirmMode.AUTO: 0,
+    ConfirmMode.PROMPT_ONCE: 1,
+    ConfirmMode.PROMPT: 2,
+    ConfirmMode.DENY: 3,
+}
+
+
+def loosened_calls(
+    base: ConfirmationPolicy,
+    candidate: ConfirmationPolicy,
+    *,
+    tool_names: list[str],
+    workspace: str,
+) -> list[str]:
+    """Every (tool, class, rating) for which ``candidate`` is less strict than
+    ``base``, as readable lines; empty when ``candidate`` only tightens.
+
+    The space is finite (the registered tools plus one unknown name, five
+    classes, four ratings), so checking it whole is exact, not a heuristic.
+    """
+    found: list[str] = []
+    ratings: list[CallRating | None] = [None, *CallRating]
+    for tool in [*tool_names, "<any other tool>"]:
+        for effect in SideEffects:
+            for rating in ratings:
+                query = PolicyQuery(tool, effect, rating, workspace)
+                was, now = base.mode_for(query), candidate.mode_for(query)
+                if STRICTNESS[now] < STRICTNESS[was]:
+                    rated = f", rated {rating.value}" if rating else ""
+                    found.append(f"{tool} ({effect.value}{rated}): {was.value} -> {now.value}")
+    return found
+
+
 class AutoAllowPolicy:
     """Runs everything without asking; for scripts and trusted automation."""
 

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from adapters.canonical import Message, ToolDefinition
 from dispatcher import DispatchSession, PolicyConfig, RulePolicy, ToolDispatcher, WorkspaceFileAPI
+from dispatcher.policy import loosened_calls
 from dispatcher.publisher import EventPublisher
 from server.auth import Principal
 from server.config import Config
@@ -95,7 +96,9 @@ class SessionManager:
     ) -> SessionRecord:
         root = self._check_workspace(workspace)
         overrides = dict(policy or {})
-        self._effective_policy(overrides)  # reject bad overrides before anything is stored
+        effective = self._effective_policy(overrides)  # reject bad overrides before storing
+        if overrides and not principal.is_admin:
+            self._check_only_tightens(effective, root)
         record = SessionRecord(
             id=new_id("ses"),
             workspace=root,
@@ -141,6 +144,23 @@ class SessionManager:
                     field="workspace",
                 )
         return root
+
+    def _check_only_tightens(self, effective: PolicyConfig, workspace: str) -> None:
+        """A user token may make its sessions stricter than the server's policy,
+        never looser: otherwise any user could opt out of confirmations."""
+        loosened = loosened_calls(
+            RulePolicy(self.config.policy),
+            RulePolicy(effective),
+            tool_names=self.dispatcher.names(),
+            workspace=workspace,
+        )
+        if loosened:
+            shown = "; ".join(loosened[:5]) + (" ..." if len(loosened) > 5 else "")
+            raise Forbidden(
+                "policy overrides from a user token may only tighten the server's policy; "
+                f"these calls would be loosened: {shown}",
+                field="policy",
+            )
 
     def _effective_policy(self, overrides: dict[str, Any]) -> PolicyConfig:
         try:

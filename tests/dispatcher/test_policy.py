@@ -80,3 +80,25 @@ def test_merged_overrides_and_bad_values() -> None:
         base.merged({"preset": "reckless"})
     with pytest.raises(ValueError, match="unknown_key"):
         base.merged({"unknown_key": 1})
+
+
+def test_loosened_calls_finds_every_loosening_and_accepts_tightening() -> None:
+    from dispatcher.policy import loosened_calls
+
+    base = RulePolicy(PolicyConfig())
+    tighter = RulePolicy(PolicyConfig(preset="confirm-all", per_tool={"shell": ConfirmMode.DENY}))
+    assert loosened_calls(base, tighter, tool_names=["shell"], workspace="/w") == []
+    yolo = RulePolicy(PolicyConfig(preset="yolo"))
+    found = loosened_calls(base, yolo, tool_names=["shell"], workspace="/w")
+    assert "shell (write): prompt -> auto" in found
+    assert "<any other tool> (execute, rated dangerous): prompt -> auto" in found
+    # A per-tool auto loosens that tool only; a rating-only change is caught too.
+    one = RulePolicy(PolicyConfig(per_tool={"write_file": ConfirmMode.AUTO}))
+    found = loosened_calls(base, one, tool_names=["write_file", "shell"], workspace="/w")
+    assert found and all(line.startswith("write_file ") for line in found)
+    rated = RulePolicy(PolicyConfig(ratings={CallRating.DEV: ConfirmMode.AUTO}))
+    found = loosened_calls(base, rated, tool_names=[], workspace="/w")
+    assert found == [
+        f"<any other tool> ({e}, rated dev): prompt -> auto"
+        for e in ("write", "execute", "network")
+    ]

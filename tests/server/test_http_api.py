@@ -397,3 +397,30 @@ async def test_the_dashboard_is_served_without_a_token(api_server: ServerProcess
         missing = await anon.get("/dashboard/static/nope.js")
         assert missing.status_code == 404
         assert missing.json()["error"]["code"] == "not_found"
+
+
+async def test_user_tokens_may_only_tighten_the_policy(
+    api_server: ServerProcess, workspace: Path
+) -> None:
+    async with api_server.client("alice-cli", token=ALICE) as alice:
+        looser = await alice.post(
+            "/sessions", json={"workspace": str(workspace), "policy": {"preset": "yolo"}}
+        )
+        assert looser.status_code == 403
+        error = looser.json()["error"]
+        assert "only tighten" in error["message"] and "-> auto" in error["message"]
+        per_tool = await alice.post(
+            "/sessions",
+            json={"workspace": str(workspace), "policy": {"per_tool": {"write_file": "auto"}}},
+        )
+        assert per_tool.status_code == 403 and "write_file" in per_tool.json()["error"]["message"]
+        tighter = await alice.post(
+            "/sessions",
+            json={"workspace": str(workspace), "policy": {"preset": "confirm-all"}},
+        )
+        assert tighter.status_code == 201, tighter.text
+    async with api_server.client("admin-cli") as admin:
+        admin_yolo = await admin.post(
+            "/sessions", json={"workspace": str(workspace), "policy": {"preset": "yolo"}}
+        )
+        assert admin_yolo.status_code == 201, admin_yolo.text

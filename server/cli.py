@@ -80,9 +80,11 @@ def serve(args: argparse.Namespace) -> int:
         print(f"toolrelay: cannot use data dir {config.data_dir}: {exc}", file=sys.stderr)
         return EXIT_CONFIG
 
-    from server.app import create_app  # imported late: the CLI's --help stays fast
+    # Imported late: the CLI's --help stays fast.
+    from server.agent_loop import agent_loop_factory
+    from server.app import create_app
 
-    app = create_app(config, TokenRegistry(tokens))
+    app = create_app(config, TokenRegistry(tokens), message_runner_factory=agent_loop_factory)
     uv_config = uvicorn.Config(
         app,
         host=config.server.host,

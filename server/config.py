@@ -122,6 +122,13 @@ class EventsSection(_Section):
 class ModelSection(_Section):
     # Model for {"message": ...} turns; None lets the adapters pick from the environment.
     default: str | None = None
+    # System prompt of the agent loop; None uses the built-in coding-agent prompt.
+    # "{workspace}" in it is replaced by the session's workspace path.
+    system_prompt: str | None = Field(default=None, max_length=100_000)
+    # Model calls one turn may make before it stops (reason "step_limit").
+    max_steps: int = Field(default=25, ge=1, le=1000)
+    # Output-token cap of each model call.
+    max_tokens: int = Field(default=4096, ge=1, le=1_000_000)
 
 
 class Config(_Section):

@@ -20,6 +20,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from adapters.canonical import Message, ToolDefinition
+from adapters.errors import AdapterConfigError
+from adapters.registry import parse_model
 from dispatcher import DispatchSession, PolicyConfig, RulePolicy, ToolDispatcher, WorkspaceFileAPI
 from dispatcher.policy import loosened_calls
 from dispatcher.publisher import EventPublisher
@@ -95,6 +97,11 @@ class SessionManager:
         model: str | None = None,
     ) -> SessionRecord:
         root = self._check_workspace(workspace)
+        if model is not None:
+            try:
+                parse_model(model)
+            except AdapterConfigError as exc:
+                raise InvalidRequest(exc.message, field="model") from None
         overrides = dict(policy or {})
         effective = self._effective_policy(overrides)  # reject bad overrides before storing
         if overrides and not principal.is_admin:
@@ -420,7 +427,7 @@ class SessionManager:
     ) -> None:
         ctx = active.context
         results = [r.model_dump(mode="json") for r in outcome.results] if outcome else None
-        usage = outcome.usage if outcome else None
+        usage = outcome.usage if outcome and outcome.usage is not None else ctx.usage
         status: TurnStatus
         data: dict[str, Any]
         if active.stop_reason is not None:
@@ -429,9 +436,20 @@ class SessionManager:
         elif active.cancelled_by is not None:
             status, reason = "cancelled", active.cancel_reason or "cancelled"
             data = {"reason": reason, "cancelled_by": active.cancelled_by}
+            if usage is not None:
+                data["usage"] = usage
         elif failure is not None:
             status, reason = "failed", "internal_error"
             data = {"reason": reason, "message": failure}
+        elif outcome is not None and outcome.failure is not None:
+            # The runner ended the turn on an error it handled (a provider error, a step limit).
+            status, reason = "failed", outcome.failure.reason
+            data = {
+                **outcome.failure.details,
+                "reason": reason,
+                "message": outcome.failure.message,
+                "usage": usage,
+            }
         elif interrupted:
             status, reason = "failed", "interrupted"
             data = {"reason": reason, "message": "the turn's task was cancelled"}
@@ -439,6 +457,8 @@ class SessionManager:
             status, reason = "completed", None
             errors = sum(1 for r in outcome.results if r.is_error) if outcome else 0
             data = {"usage": usage, "results": len(results or []), "errors": errors}
+            if outcome is not None:
+                data.update(outcome.details)
         self.store.finish_turn(
             ctx.turn_id, status=status, reason=reason, results=results, usage=usage
         )

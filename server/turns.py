@@ -34,18 +34,36 @@ class TurnContext:
     append_message: Callable[[Message], MessageRecord]
     # Set when a client cancels the turn; a runner must not start new work after it.
     cancel_requested: asyncio.Event = field(default_factory=asyncio.Event)
+    # Model usage so far; a runner keeps it current so that a turn whose task is
+    # cancelled (shutdown) still records what its model calls cost.
+    usage: dict[str, int] | None = None
 
     def publish(self, type: str, data: dict[str, Any]) -> None:
         self.publisher.publish(type, data, session_id=self.session_id, turn_id=self.turn_id)
 
 
+@dataclass(frozen=True, slots=True)
+class TurnFailure:
+    """Why a runner ended its turn as failed without raising: ``reason`` is the
+    turn's reason (e.g. ``model_error``, ``step_limit``), ``message`` says what
+    happened, ``details`` go into the ``turn.failed`` event as extra keys."""
+
+    reason: str
+    message: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+
 @dataclass(slots=True)
 class TurnOutcome:
     """What a finished turn hands back: the tool results (in call order) and
-    model usage, if a model was called."""
+    model usage, if a model was called. ``failure`` set: the turn failed (its
+    results and usage are still recorded). ``details`` are extra keys for the
+    ``turn.completed`` event (the agent loop's step count and stop reason)."""
 
     results: list[ToolResultBlock]
     usage: dict[str, int] | None = None
+    failure: TurnFailure | None = None
+    details: dict[str, Any] = field(default_factory=dict)
 
 
 class TurnRunner(Protocol):

@@ -290,14 +290,13 @@ async def test_deleting_a_session_cancels_its_turn(
     assert (await admin.get(f"/sessions/{sid}/turns/{tid}")).status_code == 404
 
 
-async def test_message_turns_need_the_agent_loop(
-    admin: httpx2.AsyncClient, workspace: Path
-) -> None:
+async def test_message_turns_run_the_agent_loop(admin: httpx2.AsyncClient, workspace: Path) -> None:
+    # No provider key in the test server's environment: the offline scripted model answers.
     sid = await new_session(admin, workspace)
     response = await admin.post(f"/sessions/{sid}/turns", json={"message": "hello"})
-    assert response.status_code == 501
-    assert response.json()["error"]["code"] == "not_implemented"
-    assert "tool_uses" in response.json()["error"]["message"]
+    assert response.status_code == 202, response.text
+    turn = await wait_turn(admin, sid, response.json()["turn_id"])
+    assert turn["kind"] == "message" and turn["status"] == "completed"
 
 
 # -- malformed requests -----------------------------------------------------------------

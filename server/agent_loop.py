@@ -1,0 +1,443 @@
+"""The agent loop: turns started with ``{"message": ...}``, where the model drives.
+
+One turn is a bounded, linear loop:
+
+1. append the user's message to the session's conversation;
+2. call the session's model with the whole conversation and the session's tools,
+   streaming its text as ``message.delta`` events;
+3. append the assistant message (``message.completed``); if it asked for no
+   tools, the turn is complete;
+4. run every tool call of that message through the dispatcher at once (the
+   session's concurrency cap bounds how many run together); calls whose
+   arguments were not a JSON object are not run but answered with a
+   validation error, so the model can correct itself;
+5. append the tool message and go back to 2 -- at most ``model.max_steps``
+   model calls per turn, after which the turn fails with reason ``step_limit``.
+
+A provider error ends the turn as ``turn.failed`` (reason ``model_error``,
+with the error's kind and message); it never escapes as an exception. A
+cancellation (client, session deletion, shutdown) aborts the model stream by
+cancelling the task that reads it, which closes the provider's HTTP response,
+and the dispatcher cancels the running tools; every tool call already in the
+conversation still gets a result, so the conversation stays valid for the
+next turn, also after a restart (it lives in the server's SQLite store).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import logging
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import aclosing
+from typing import TYPE_CHECKING, Any
+
+from adapters.base import (
+    MessageCompleted,
+    ModelAdapter,
+    ModelRequest,
+    ModelSettings,
+    RetryScheduled,
+    TextDelta,
+    Usage,
+)
+from adapters.canonical import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from adapters.errors import (
+    AdapterConfigError,
+    AdapterError,
+    ProviderError,
+    ProviderResponseError,
+    RequestConversionError,
+)
+from adapters.registry import create_adapter, default_model, parse_model
+from server.config import Config
+from server.store import Store
+from server.turns import TurnContext, TurnFailure, TurnOutcome, answer_unanswered
+
+if TYPE_CHECKING:
+    from server.runtime import Runtime
+
+log = logging.getLogger("toolrelay.agent")
+
+DEFAULT_SYSTEM_PROMPT = """\
+You are a careful software engineer working as a coding agent. Your workspace \
+is the directory {workspace}; every path you give a tool is relative to it, \
+and tools cannot reach outside it.
+
+How to work:
+- Look before you change: read the files involved, list directories, search \
+the code. Do not guess at file contents.
+- Make small, focused edits, and keep the project's existing style.
+- When it helps, run the tests or a command to check your work.
+- A tool error is information: read it, fix the call, and try again.
+- Some calls need a person's approval. If one is denied, the result gives the \
+reason; respect it and change your plan instead of repeating the call.
+- Ask for several independent tool calls in one reply when you can; they run \
+at the same time.
+
+When the task is done, reply briefly: what you changed, how you checked it, \
+and anything left open."""
+
+AdapterFactory = Callable[[str], ModelAdapter]
+
+# The adapter module each provider needs; importing one loads its SDK.
+_SDK_MODULES = {
+    "anthropic": "adapters.anthropic_adapter",
+    "openai": "adapters.openai_adapter",
+    "openai-compatible": "adapters.openai_adapter",
+}
+
+
+class AgentLoop:
+    """Runs ``{"message": ...}`` turns (a :class:`server.turns.TurnRunner`).
+
+    ``adapter_factory`` builds the model adapter for a model string; by default
+    :func:`adapters.registry.create_adapter` with ``env`` (the process
+    environment unless given), so keys and endpoints come from
+    ``ANTHROPIC_*``/``OPENAI_*`` variables. A fresh adapter serves each turn and
+    is closed when the turn ends, so no connection outlives its turn.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        store: Store,
+        *,
+        env: Mapping[str, str] | None = None,
+        adapter_factory: AdapterFactory | None = None,
+    ) -> None:
+        self._store = store
+        self._env: Mapping[str, str] = os.environ if env is None else env
+        self._default_model = config.model.default
+        self._system_prompt = config.model.system_prompt or DEFAULT_SYSTEM_PROMPT
+        self._max_steps = config.model.max_steps
+        self._settings = ModelSettings(max_tokens=config.model.max_tokens)
+        self._adapter_factory = adapter_factory or self._create_adapter
+
+    def _create_adapter(self, model: str) -> ModelAdapter:
+        return create_adapter(model, env=self._env)
+
+    def model_for(self, session_model: str | None) -> str:
+        """The session's model, else the configured default, else what the environment picks."""
+        return session_model or self._default_model or default_model(self._env)
+
+    def system_prompt(self, workspace: str) -> str:
+        # replace(), not format(): a configured prompt may hold other braces.
+        return self._system_prompt.replace("{workspace}", workspace)
+
+    async def run(self, ctx: TurnContext) -> TurnOutcome:
+        session = self._store.get_session(ctx.session_id)
+        if session is None:  # deleted between the request and the task starting
+            return _failed("session_missing", "the session no longer exists", {})
+        model = self.model_for(session.model)
+        user = Message(role="user", content=[TextBlock(text=str(ctx.request["message"]))])
+        _append(ctx, user)
+        try:
+            await _import_sdk_off_loop(model)
+            adapter = self._adapter_factory(model)
+        except AdapterError as error:
+            return _model_failure(ctx, error, model=model, step=0)
+        conversation = [
+            Message.model_validate(m.message) for m in self._store.messages(ctx.session_id)
+        ]
+        turn = _Turn(
+            ctx,
+            adapter,
+            model=model,
+            system=self.system_prompt(session.workspace),
+            settings=self._settings,
+            max_steps=self._max_steps,
+        )
+        try:
+            return await turn.run(conversation)
+        finally:
+            await _close(adapter)
+
+
+class _Turn:
+    """The state of one running turn: its conversation, usage and step count."""
+
+    def __init__(
+        self,
+        ctx: TurnContext,
+        adapter: ModelAdapter,
+        *,
+        model: str,
+        system: str,
+        settings: ModelSettings,
+        max_steps: int,
+    ) -> None:
+        self.ctx = ctx
+        self.adapter = adapter
+        self.model = model
+        self.system = system
+        self.settings = settings
+        self.max_steps = max_steps
+        self.input_tokens = 0
+        self.output_tokens = 0
+        self.steps = 0
+        self.results: list[ToolResultBlock] = []
+
+    async def run(self, conversation: list[Message]) -> TurnOutcome:
+        """Loop until the model stops asking for tools; ``conversation`` includes
+        the user's new message."""
+        ctx = self.ctx
+        tools = ctx.dispatcher.definitions_for(ctx.dispatch_session)
+        while self.steps < self.max_steps:
+            if ctx.cancel_requested.is_set():
+                return self.outcome()
+            self.steps += 1
+            request = ModelRequest(
+                system=self.system, messages=conversation, tools=tools, settings=self.settings
+            )
+            try:
+                completed = await self._call_model(request)
+            except AdapterError as error:
+                return _model_failure(ctx, error, model=self.model, step=self.steps, turn=self)
+            if completed is None:  # cancelled while the model was streaming
+                return self.outcome()
+            self._add_usage(completed.usage)
+            assistant = completed.message
+            if assistant.content:
+                # An empty reply is left out: providers refuse empty messages.
+                _append(ctx, assistant)
+                conversation.append(assistant)
+            uses = assistant.tool_uses()
+            if not uses:
+                return self.outcome(stop_reason=completed.stop_reason)
+            results = await self._run_tools(uses, completed.malformed_tool_uses)
+            tool_message = Message(role="tool", content=list(results))
+            _append(ctx, tool_message)
+            conversation.append(tool_message)
+            self.results.extend(results)
+        message = (
+            f"the turn made {self.max_steps} model calls, the per-turn limit (model.max_steps), "
+            "and the model still wanted tools; the tool results are in the conversation, so "
+            "send another message to let it continue"
+        )
+        return _failed("step_limit", message, self.details(), turn=self)
+
+    # -- one model call -------------------------------------------------------
+
+    async def _call_model(self, request: ModelRequest) -> MessageCompleted | None:
+        """Stream one reply; None if the turn was cancelled first.
+
+        The stream is read in its own task so that a cancellation can stop it
+        at once: cancelling that task closes the provider's HTTP response.
+        """
+        ctx = self.ctx
+        if ctx.cancel_requested.is_set():
+            return None
+        reader = asyncio.create_task(
+            self._read_stream(request), name=f"model-{ctx.turn_id}-{self.steps}"
+        )
+        cancelled = asyncio.create_task(ctx.cancel_requested.wait())
+        try:
+            await asyncio.wait({reader, cancelled}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            cancelled.cancel()
+            if not reader.done():
+                reader.cancel()
+                await asyncio.wait({reader})
+            if not reader.cancelled():
+                reader.exception()  # retrieved here, so an abandoned error is not logged
+        if reader.cancelled():
+            return None
+        return reader.result()
+
+    async def _read_stream(self, request: ModelRequest) -> MessageCompleted:
+        ctx = self.ctx
+        final: MessageCompleted | None = None
+        async with aclosing(self.adapter.stream(request)) as events:
+            async for event in events:
+                if isinstance(event, TextDelta):
+                    if event.text:
+                        ctx.publish("message.delta", {"text": event.text, "step": self.steps})
+                elif isinstance(event, MessageCompleted):
+                    final = event
+                elif isinstance(event, RetryScheduled):
+                    # The adapter logs the failure too; this line ties it to the turn.
+                    log.info(
+                        "turn %s step %d: model call retry %d in %.2fs after %s",
+                        ctx.turn_id,
+                        self.steps,
+                        event.attempt,
+                        event.delay,
+                        event.error.kind,
+                    )
+        if final is None:
+            raise ProviderResponseError(
+                "the reply stream ended without a completed message", provider=self.adapter.name
+            )
+        return final
+
+    # -- tools ------------------------------------------------------------------
+
+    async def _run_tools(
+        self, uses: Sequence[ToolUseBlock], malformed: Mapping[str, str]
+    ) -> list[ToolResultBlock]:
+        """One result per call, in call order. Malformed calls are answered, not run."""
+        ctx = self.ctx
+        answers: dict[int, ToolResultBlock] = {}
+        runnable: list[tuple[int, ToolUseBlock]] = []
+        for position, block in enumerate(uses):
+            reason = malformed.get(block.id)
+            if reason is not None:
+                answers[position] = _malformed_result(ctx, block, reason)
+            else:
+                runnable.append((position, block))
+        if runnable and ctx.cancel_requested.is_set():
+            for position, block in runnable:
+                answers[position] = _cancelled_result(ctx, block)
+        elif runnable:
+            blocks = [block for _, block in runnable]
+            try:
+                dispatched = await ctx.dispatcher.dispatch_all(
+                    blocks, ctx.dispatch_session, turn_id=ctx.turn_id
+                )
+            except asyncio.CancelledError:
+                # The task was cancelled (shutdown): still answer every call.
+                answer_unanswered(ctx, list(uses), "the turn stopped before the call finished")
+                raise
+            for (position, _), result in zip(runnable, dispatched, strict=True):
+                answers[position] = result
+        return [answers[position] for position in range(len(uses))]
+
+    # -- bookkeeping ----------------------------------------------------------
+
+    def _add_usage(self, usage: Usage) -> None:
+        self.input_tokens += usage.input_tokens
+        self.output_tokens += usage.output_tokens
+        self.ctx.usage = self.usage()
+
+    def usage(self) -> dict[str, int]:
+        return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens}
+
+    def details(self) -> dict[str, Any]:
+        return {"model": self.model, "steps": self.steps}
+
+    def outcome(self, *, stop_reason: str | None = None) -> TurnOutcome:
+        details = self.details()
+        if stop_reason is not None:
+            details["stop_reason"] = stop_reason
+        return TurnOutcome(results=self.results, usage=self.usage(), details=details)
+
+
+# -- helpers --------------------------------------------------------------------------
+
+
+def _append(ctx: TurnContext, message: Message) -> None:
+    ctx.append_message(message)
+    ctx.publish("message.completed", {"message": message.model_dump(mode="json")})
+
+
+def _failed(
+    reason: str, message: str, details: dict[str, Any], *, turn: _Turn | None = None
+) -> TurnOutcome:
+    if turn is None:
+        return TurnOutcome(results=[], failure=TurnFailure(reason, message, details))
+    return TurnOutcome(
+        results=turn.results,
+        usage=turn.usage(),
+        failure=TurnFailure(reason, message, details),
+    )
+
+
+def _model_failure(
+    ctx: TurnContext, error: AdapterError, *, model: str, step: int, turn: _Turn | None = None
+) -> TurnOutcome:
+    """A turn ended by the model layer: reason ``model_error`` and the error's kind."""
+    details: dict[str, Any] = {"model": model, "steps": step, "error_kind": _kind(error)}
+    if isinstance(error, ProviderError):
+        details["provider"] = error.provider
+        details["status_code"] = error.status_code
+        details["retryable"] = error.retryable
+        text = str(error)
+    else:
+        text = error.message
+    where = f"model call {step}" if step else f"setting up model {model!r}"
+    log.warning("turn %s failed at %s: %s", ctx.turn_id, where, text)
+    return _failed("model_error", f"{where} failed: {text}", details, turn=turn)
+
+
+def _kind(error: AdapterError) -> str:
+    if isinstance(error, ProviderError):
+        return error.kind
+    if isinstance(error, AdapterConfigError):
+        return "config"
+    if isinstance(error, RequestConversionError):
+        return "request_conversion"
+    return "adapter"
+
+
+def _malformed_result(ctx: TurnContext, block: ToolUseBlock, reason: str) -> ToolResultBlock:
+    """Answer a call whose arguments were not a JSON object, so the model can retry it."""
+    ctx.publish(
+        "tool.input_invalid",
+        {
+            "tool_use_id": block.id,
+            "tool_name": block.name,
+            "errors": [{"path": "", "message": reason}],
+        },
+    )
+    # The reason quotes the start of what the model sent, so it can see its mistake.
+    text = (
+        f"Invalid input for tool {block.name!r}: {reason}\n"
+        "The tool did not run. Call it again with its arguments as one JSON object "
+        "that matches its input_schema."
+    )
+    return ToolResultBlock(tool_use_id=block.id, content=[TextBlock(text=text)], is_error=True)
+
+
+def _cancelled_result(ctx: TurnContext, block: ToolUseBlock) -> ToolResultBlock:
+    """Answer a call the turn was cancelled before it could start."""
+    message = "the turn was cancelled before the call started"
+    ctx.publish(
+        "tool.failed",
+        {
+            "tool_use_id": block.id,
+            "tool_name": block.name,
+            "error_class": "cancelled",
+            "message": message,
+            "duration_ms": 0.0,
+            "partial_output": None,
+        },
+    )
+    return ToolResultBlock(
+        tool_use_id=block.id, content=[TextBlock(text=f"Cancelled: {message}.")], is_error=True
+    )
+
+
+async def _import_sdk_off_loop(model: str) -> None:
+    """Import the provider's SDK in a worker thread the first time it is needed.
+
+    Importing the anthropic SDK takes about a second (openai about 0.4 s); done
+    on the event loop, the first turn of a provider would stall every session's
+    stream for that long. A bad model string is left for the factory to report.
+    """
+    try:
+        provider, _ = parse_model(model)
+    except AdapterConfigError:
+        return
+    module = _SDK_MODULES.get(provider)
+    if module is not None and module not in sys.modules:
+        await asyncio.to_thread(importlib.import_module, module)
+
+
+async def _close(adapter: ModelAdapter) -> None:
+    """Release the adapter's HTTP client, if it has one (bounded: never hangs a turn)."""
+    aclose = getattr(adapter, "aclose", None)
+    if aclose is None:
+        return
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(5.0):
+            await aclose()
+
+
+def agent_loop_factory(runtime: Runtime) -> AgentLoop:
+    """The ``message_runner_factory`` of ``create_app``: the agent loop on the runtime's
+    configuration and store."""
+    return AgentLoop(runtime.config, runtime.store)

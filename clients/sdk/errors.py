@@ -1,0 +1,150 @@
+"""Every error the SDK raises: a closed set, all under :class:`ToolrelayError`.
+
+HTTP answers map onto one type per status the server documents (401, 404,
+409, 413, 422), each carrying the server's own error code and message so a
+caller can show it unchanged. Stream problems (a gap in the sequence, an
+expired cursor, a server that refuses the socket) have their own types, so
+nothing is ever reported as a bare ``Exception``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from clients.sdk.models import Resolution
+
+
+class ToolrelayError(Exception):
+    """Base of every error raised by the SDK."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class ApiError(ToolrelayError):
+    """The server answered an HTTP call with an error status.
+
+    ``code`` and ``message`` come from the server's ``{"error": {...}}`` body
+    when it sent one; ``body`` keeps the whole decoded body for anything else.
+    """
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        code: str | None = None,
+        method: str = "",
+        path: str = "",
+        body: Any = None,
+    ) -> None:
+        where = f"{method} {path}: " if method else ""
+        super().__init__(f"{where}{status} {message}")
+        self.status = status
+        self.code = code
+        self.server_message = message
+        self.method = method
+        self.path = path
+        self.body = body
+
+
+class Unauthorized(ApiError):
+    """401: the token is missing, wrong, or revoked."""
+
+
+class Forbidden(ApiError):
+    """403: the token is valid but may not do this."""
+
+
+class NotFound(ApiError):
+    """404: no such session, turn or request (or the token may not see it)."""
+
+
+class Conflict(ApiError):
+    """409: the request clashes with the current state (e.g. a turn is running)."""
+
+
+class AlreadyResolved(Conflict):
+    """409 on a confirmation answer: someone else answered first.
+
+    ``resolution`` is the winning answer as the server reported it.
+    """
+
+    def __init__(self, resolution: Resolution, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.resolution = resolution
+
+
+class PayloadTooLarge(ApiError):
+    """413: the request body is over the server's limit."""
+
+
+class InvalidRequest(ApiError):
+    """400/422: the server rejected the request body or parameters."""
+
+
+class ServerError(ApiError):
+    """5xx (including 501 for features the server does not offer yet)."""
+
+
+class ConnectionFailed(ToolrelayError):
+    """The server could not be reached, even after the bounded retries."""
+
+
+class ProtocolError(ToolrelayError):
+    """The server sent something that does not match the documented contract."""
+
+
+class WaitTimeout(ToolrelayError, TimeoutError):
+    """A wait (for a turn, for an event) ran past its deadline."""
+
+
+class StreamError(ToolrelayError):
+    """Base of the errors an event stream can end with."""
+
+
+class StreamGap(StreamError):
+    """The stream skipped or repeated a sequence number.
+
+    ``expected`` is the cursor the stream should have delivered next,
+    ``received`` the one it did; ``session_id`` is set when the check was a
+    per-session one.
+    """
+
+    def __init__(self, *, expected: int, received: int, field: str, session_id: str | None) -> None:
+        kind = "repeated" if received < expected else "skipped"
+        scope = f" in session {session_id}" if session_id else ""
+        super().__init__(
+            f"event stream {kind} events{scope}: expected {field} {expected}, got {received}"
+        )
+        self.expected = expected
+        self.received = received
+        self.field = field
+        self.session_id = session_id
+
+
+class CursorExpired(StreamError):
+    """The requested resume point is older than what the server's log still holds.
+
+    ``oldest_after`` is the oldest cursor the server can still resume from, when
+    it said so; a client that accepts the loss can reload state and resume there.
+    """
+
+    def __init__(self, message: str, *, oldest_after: int | None) -> None:
+        super().__init__(message)
+        self.oldest_after = oldest_after
+
+
+class StreamClosed(StreamError):
+    """The server closed the stream for a reason a reconnect cannot fix.
+
+    ``code`` is the WebSocket close code (or HTTP status when the handshake was
+    refused) and ``reason`` the server's text.
+    """
+
+    def __init__(self, message: str, *, code: int | None, reason: str = "") -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason

@@ -1,0 +1,96 @@
+"""Typed views of the server's HTTP resources.
+
+Models keep unknown keys (``extra="allow"``): the server may add fields
+without breaking the SDK. Each requires only what a client needs to act.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from clients.sdk.events import Preview
+
+Decision = Literal["allow", "deny"]
+Scope = Literal["once", "session"]
+TURN_DONE_STATUSES = frozenset({"completed", "failed", "cancelled"})
+
+
+class Resource(BaseModel):
+    """Base of the HTTP resource models."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, populate_by_name=True)
+
+
+class Session(Resource):
+    """A session: a workspace, a conversation and a tool dispatcher."""
+
+    id: str
+    workspace: str
+    name: str | None = None
+    created_at: str | None = None
+    status: str | None = None
+    current_turn_id: str | None = None
+
+
+class ToolInfo(Resource):
+    """A tool definition the session's model may call."""
+
+    name: str
+    description: str = ""
+    input_schema: dict[str, Any] = Field(default_factory=dict)
+    side_effects: str
+
+
+class ConversationMessage(Resource):
+    """One canonical message of a session's conversation (blocks as JSON)."""
+
+    role: str
+    content: list[dict[str, Any]]
+
+
+class Turn(Resource):
+    """A turn's state: ``status`` is running, completed, failed or cancelled."""
+
+    id: str
+    session_id: str | None = None
+    status: str
+    results: list[dict[str, Any]] | None = None
+    reason: str | None = None
+
+    @property
+    def done(self) -> bool:
+        """True once the turn reached a final status."""
+        return self.status in TURN_DONE_STATUSES
+
+
+class PendingConfirmation(Resource):
+    """A confirmation request still waiting for an answer."""
+
+    request_id: str
+    turn_id: str
+    tool_use_id: str
+    tool_name: str
+    side_effects: str
+    input_summary: str = ""
+    projected_modifications: list[str] = Field(default_factory=list)
+    preview: Preview | None = None
+    expires_at: str | None = None
+
+
+class Resolution(Resource):
+    """The winning answer to a confirmation request."""
+
+    request_id: str
+    decision: Literal["allow", "deny", "timeout", "cancelled"]
+    scope: str = "once"
+    resolved_by: str
+    message: str | None = None
+
+
+class AttachedClient(Resource):
+    """A client currently attached to a session's event stream (presence)."""
+
+    client_id: str
+    client_name: str

@@ -1,0 +1,201 @@
+"""The TUI's widgets: transcript entries, the status line, the confirmation pop-up."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.console import Group, RenderableType
+from rich.syntax import Syntax
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from clients.sdk.events import ConfirmationRequestedData
+from clients.sdk.stream import ConnectionState
+from clients.tui.transcript import Entry, MessageEntry, NoteEntry, ToolCallEntry
+
+# Lines of streamed tool output shown under a call; the transcript keeps more.
+OUTPUT_TAIL_LINES = 12
+
+_STATUS_STYLE = {
+    "requested": ("…", "dim"),
+    "awaiting_confirmation": ("?", "bold yellow"),
+    "running": ("▶", "cyan"),
+    "completed": ("✔", "green"),
+    "failed": ("✘", "red"),
+    "invalid": ("✘", "red"),
+    "cancelled": ("■", "yellow"),
+}
+_NOTE_STYLE = {"info": "dim", "ok": "green", "warn": "yellow", "error": "bold red"}
+_SIDE_EFFECT_STYLE = {
+    "none": "dim",
+    "read": "blue",
+    "write": "yellow",
+    "execute": "magenta",
+    "network": "red",
+}
+
+
+def render_entry(entry: Entry) -> Text:
+    """One transcript entry as styled text (its ``.plain`` is what tests read)."""
+    if isinstance(entry, MessageEntry):
+        text = Text()
+        label = "you" if entry.role == "user" else entry.role
+        text.append(f"{label}: ", style="bold cyan" if entry.role == "user" else "bold green")
+        text.append(entry.text)
+        if entry.streaming:
+            text.append(" ▌", style="blink")
+        return text
+    if isinstance(entry, NoteEntry):
+        return Text(f"· {entry.text}", style=_NOTE_STYLE.get(entry.level, "dim"))
+    return _render_call(entry)
+
+
+def _render_call(call: ToolCallEntry) -> Text:
+    icon, style = _STATUS_STYLE.get(call.status, ("•", ""))
+    text = Text()
+    text.append(f"{icon} ", style=style)
+    text.append(call.name, style="bold")
+    if call.side_effects:
+        text.append(f" [{call.side_effects}]", style=_SIDE_EFFECT_STYLE.get(call.side_effects, ""))
+    if call.summary:
+        text.append(f" {call.summary}")
+    text.append(f"  {call.status.replace('_', ' ')}", style=style)
+    if call.duration_ms is not None:
+        text.append(f" · {call.duration_ms:.1f} ms", style="dim")
+    if call.resolution:
+        text.append(f"\n   confirmation: {call.resolution}", style="dim")
+    if call.output:
+        tail = call.output.rstrip("\n").splitlines()[-OUTPUT_TAIL_LINES:]
+        for line in tail:
+            text.append(f"\n   │ {line}", style="dim")
+    if call.result and call.status == "completed":
+        first = call.result.strip().splitlines()[:1]
+        if first:
+            text.append(f"\n   → {first[0][:200]}", style="green")
+    if call.error:
+        text.append(f"\n   → {call.error}", style="red")
+    return text
+
+
+class EntryView(Static):
+    """Shows one transcript entry; ``plain`` holds its current text."""
+
+    DEFAULT_CSS = """
+    EntryView { padding: 0 1; }
+    """
+
+    def __init__(self, entry: Entry, *, id: str) -> None:
+        self.plain = ""
+        super().__init__(id=id)
+        self.show(entry)
+
+    def show(self, entry: Entry) -> None:
+        rendered = render_entry(entry)
+        self.plain = rendered.plain
+        self.update(rendered)
+
+
+class StatusLine(Static):
+    """Connection indicator, session, turn status and pending confirmations."""
+
+    DEFAULT_CSS = """
+    StatusLine { height: 1; background: $panel; padding: 0 1; }
+    """
+
+    def __init__(self) -> None:
+        super().__init__(id="status")
+        self.plain = ""
+        self.connection = ConnectionState.CONNECTING
+        self.session_id = ""
+        self.turn_status = "idle"
+        self.pending = 0
+        self.detail = ""
+
+    def refresh_line(self) -> None:
+        icon, style = {
+            ConnectionState.CONNECTED: ("●", "green"),
+            ConnectionState.CONNECTING: ("◌", "yellow"),
+            ConnectionState.RECONNECTING: ("◌", "yellow"),
+            ConnectionState.CLOSED: ("✕", "red"),
+        }[self.connection]
+        text = Text()
+        text.append(f"{icon} {self.connection.value}", style=style)
+        text.append(f"  session {self.session_id or '-'}")
+        text.append(f"  turn: {self.turn_status}")
+        if self.pending:
+            text.append(f"  {self.pending} awaiting confirmation", style="bold yellow")
+        if self.detail:
+            text.append(f"  {self.detail}", style="dim")
+        self.plain = text.plain
+        self.update(text)
+
+
+def _preview(data: ConfirmationRequestedData) -> RenderableType:
+    if data.preview.kind == "diff":
+        return Syntax(data.preview.text or "(no changes)", "diff", word_wrap=True)
+    if data.preview.kind == "command":
+        return Syntax(data.preview.text, "bash", word_wrap=True)
+    return Text(data.preview.text)
+
+
+class ConfirmationScreen(ModalScreen[tuple[str, str] | None]):
+    """Pops up for a pending request: y allows once, s allows for the session,
+    n denies, escape closes it unanswered (ctrl+o brings it back)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("y", "answer('allow', 'once')", "Allow"),
+        Binding("s", "answer('allow', 'session')", "Allow for session"),
+        Binding("n", "answer('deny', 'once')", "Deny"),
+        Binding("escape", "later", "Later"),
+    ]
+    DEFAULT_CSS = """
+    ConfirmationScreen { align: center middle; }
+    ConfirmationScreen > Vertical {
+        width: 90%; max-width: 120; height: auto; max-height: 90%;
+        border: thick $warning; background: $surface; padding: 1 2;
+    }
+    ConfirmationScreen #confirm-preview { height: auto; max-height: 24; }
+    ConfirmationScreen #confirm-keys { margin-top: 1; }
+    """
+
+    def __init__(self, turn_id: str, data: ConfirmationRequestedData) -> None:
+        super().__init__(id="confirmation")
+        self.turn_id = turn_id
+        self.data = data
+        self.request_id = data.request_id
+
+    def compose(self) -> ComposeResult:
+        data = self.data
+        head = Text()
+        head.append("Allow ", style="bold")
+        head.append(data.tool_name, style="bold yellow")
+        head.append(f" [{data.side_effects}]?\n", style="bold")
+        head.append(data.input_summary)
+        if data.projected_modifications:
+            head.append("\nwould modify: " + ", ".join(data.projected_modifications), style="dim")
+        head.append(f"\nexpires {data.expires_at}", style="dim")
+        keys = Text.assemble(
+            ("y", "bold green"),
+            " allow  ",
+            ("s", "bold green"),
+            " allow for session  ",
+            ("n", "bold red"),
+            " deny  ",
+            ("esc", "bold"),
+            " later",
+        )
+        with Vertical():
+            yield Static(head, id="confirm-head")
+            with VerticalScroll(id="confirm-preview"):
+                yield Static(Group(_preview(data)), id="confirm-preview-text")
+            yield Static(keys, id="confirm-keys")
+
+    def action_answer(self, decision: str, scope: str) -> None:
+        self.dismiss((decision, scope))
+
+    def action_later(self) -> None:
+        self.dismiss(None)

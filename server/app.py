@@ -31,7 +31,15 @@ def create_app(
     *,
     message_runner_factory: Callable[[Runtime], TurnRunner | None] | None = None,
 ) -> FastAPI:
-    """Build the app. The runtime (store, bus, dispatcher) starts in the lifespan."""
+    """Build the app. The runtime (store, bus, dispatcher) starts in the lifespan.
+
+    ``{"message": ...}`` turns run the agent loop unless ``message_runner_factory``
+    says otherwise (a factory returning None turns them off: they answer 501).
+    """
+    if message_runner_factory is None:
+        from server.agent_loop import agent_loop_factory
+
+        message_runner_factory = agent_loop_factory
     runtime = Runtime(config, tokens, message_runner_factory=message_runner_factory)
 
     @asynccontextmanager

@@ -81,10 +81,9 @@ def serve(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
 
     # Imported late: the CLI's --help stays fast.
-    from server.agent_loop import agent_loop_factory
     from server.app import create_app
 
-    app = create_app(config, TokenRegistry(tokens), message_runner_factory=agent_loop_factory)
+    app = create_app(config, TokenRegistry(tokens))
     uv_config = uvicorn.Config(
         app,
         host=config.server.host,

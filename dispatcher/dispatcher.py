@@ -74,6 +74,8 @@ class _Call:
     cancel_requested: bool = False
     finished: asyncio.Event | None = None
     done: bool = False
+    # When tool.called went out: durations measure the run, not the wait for a person.
+    started: float | None = None
 
 
 class ToolDispatcher:
@@ -161,11 +163,11 @@ class ToolDispatcher:
         try:
             output = await self._run(entry, tool_use, session, turn_id, call)
         except ToolError as err:
-            return self._failed(err, tool_use, session, turn_id, started)
+            return self._failed(err, tool_use, session, turn_id, call.started or started)
         except asyncio.CancelledError:
             # The caller (the turn) was cancelled: still tell every client.
             cancelled = ToolCancelled("the call was cancelled before it finished")
-            self._failed(cancelled, tool_use, session, turn_id, started)
+            self._failed(cancelled, tool_use, session, turn_id, call.started or started)
             raise
         except Exception:
             # A bug in a hook or in the dispatcher itself; still an error result.
@@ -174,7 +176,7 @@ class ToolDispatcher:
                 f"{tool_use.name} failed with an internal error; details are in the server log",
                 is_user_visible=False,
             )
-            return self._failed(internal, tool_use, session, turn_id, started)
+            return self._failed(internal, tool_use, session, turn_id, call.started or started)
         finally:
             call.done = True
             if call.finished is not None:
@@ -182,7 +184,7 @@ class ToolDispatcher:
             calls.discard(call)
             if not calls:
                 self._in_flight.pop(session.session_id, None)
-        return self._completed(entry, tool_use, output, session, turn_id, started)
+        return self._completed(entry, tool_use, output, session, turn_id, call.started or started)
 
     async def _run(
         self,
@@ -217,6 +219,7 @@ class ToolDispatcher:
             if call.cancel_requested:
                 raise ToolCancelled("the call was cancelled before it started")
             # Step 5: announce; steps 6-7: fresh instance, run under a timeout.
+            call.started = time.perf_counter()
             self._publish(
                 "tool.called",
                 {

@@ -198,3 +198,16 @@ async def test_broker_lists_pending_by_session() -> None:
     broker = ConfirmationBroker()
     assert broker.pending() == []
     assert broker.get("nope") is None
+
+
+async def test_duration_measures_the_run_not_the_wait_for_a_person(
+    dispatcher: ToolDispatcher, session: DispatchSession, publisher: RecordingPublisher
+) -> None:
+    dispatcher.register(WriteTool)
+    task = asyncio.create_task(dispatcher.dispatch(write(), session, turn_id="t"))
+    requested = await publisher.wait_for("tool.confirmation_requested")
+    await asyncio.sleep(0.3)  # the person takes their time
+    dispatcher.broker.resolve(requested.data["request_id"], "allow", resolved_by="slowpoke")
+    await task
+    # The write itself takes well under the 300 ms the person waited.
+    assert publisher.first("tool.completed").data["duration_ms"] < 300

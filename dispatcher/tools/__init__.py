@@ -1,0 +1,75 @@
+"""The built-in toolset: files, edits, patches, search, shell, git.
+
+Each tool is a class with a ``definition`` and a zero-argument constructor,
+so the class itself is the factory the dispatcher registers. The tools are
+documented in specs/tools.md.
+"""
+
+from __future__ import annotations
+
+from dispatcher.tool import ToolFactory
+from dispatcher.tools.apply_patch import ApplyPatchTool
+from dispatcher.tools.files import DeleteFileTool, PatchFileTool, ReadFileTool, WriteFileTool
+from dispatcher.tools.git_tools import (
+    GitBranchTool,
+    GitCommitTool,
+    GitDiffTool,
+    GitLogTool,
+    GitStatusTool,
+)
+from dispatcher.tools.grep import GrepTool
+from dispatcher.tools.listing import FindFilesTool, ListDirTool
+from dispatcher.tools.search_code import SearchCodeTool
+from dispatcher.tools.shell import RunCommandTool, ShellTool
+
+FILE_TOOLS: tuple[ToolFactory, ...] = (
+    ReadFileTool,
+    WriteFileTool,
+    PatchFileTool,
+    ApplyPatchTool,
+    ListDirTool,
+    FindFilesTool,
+)
+SEARCH_TOOLS: tuple[ToolFactory, ...] = (SearchCodeTool, GrepTool)
+GIT_TOOLS: tuple[ToolFactory, ...] = (
+    GitStatusTool,
+    GitDiffTool,
+    GitLogTool,
+    GitCommitTool,
+    GitBranchTool,
+)
+SHELL_TOOLS: tuple[ToolFactory, ...] = (ShellTool, RunCommandTool)
+
+
+def builtin_tool_factories(
+    *, shell_enabled: bool = True, delete_enabled: bool = False
+) -> list[ToolFactory]:
+    """Every built-in tool to register: delete_file only when the workspace
+    allows deletion, shell/run_command only when commands are enabled."""
+    factories: list[ToolFactory] = [*FILE_TOOLS, *SEARCH_TOOLS, *GIT_TOOLS]
+    if delete_enabled:
+        factories.append(DeleteFileTool)
+    if shell_enabled:
+        factories.extend(SHELL_TOOLS)
+    return factories
+
+
+__all__ = [
+    "ApplyPatchTool",
+    "DeleteFileTool",
+    "FindFilesTool",
+    "GitBranchTool",
+    "GitCommitTool",
+    "GitDiffTool",
+    "GitLogTool",
+    "GitStatusTool",
+    "GrepTool",
+    "ListDirTool",
+    "PatchFileTool",
+    "ReadFileTool",
+    "RunCommandTool",
+    "SearchCodeTool",
+    "ShellTool",
+    "WriteFileTool",
+    "builtin_tool_factories",
+]

@@ -1,0 +1,298 @@
+"""apply_patch: apply a unified diff (one or more files, one or more hunks).
+
+All or nothing: every path is confined and every hunk applied in memory
+before the first byte is written. The built-in applier runs first; when a
+hunk does not match exactly, GNU ``patch`` gets a try on a private copy (see
+system_patch). Only when one of them applied *every* hunk are the files
+written; if a write then fails, the files already written are restored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from adapters.canonical import SideEffects, ToolDefinition
+from dispatcher.errors import ToolError, ToolExecutionError, ToolPermissionDenied
+from dispatcher.tool import ConfirmationPreview, ToolContext, ToolOutput
+from dispatcher.tools.common import (
+    check_cancelled,
+    object_schema,
+    path_property,
+    refuse_git_internals,
+    relative_path,
+    run_blocking,
+)
+from dispatcher.tools.diff_apply import HunkFailed, apply_file_patch
+from dispatcher.tools.diff_parse import FilePatch, parse_unified_diff
+from dispatcher.tools.file_locks import locked_paths
+from dispatcher.tools.files import decode_text
+from dispatcher.tools.system_patch import SystemPatchError, apply_with_system_patch
+from dispatcher.tools.textdiff import unified_file_diff
+from dispatcher.workspace import WorkspaceFileAPI
+
+
+@dataclass(slots=True)
+class _Target:
+    """One file the patch touches, with its sections in patch order."""
+
+    rel: str
+    absolute: str
+    patches: list[FilePatch] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Plan:
+    before: dict[str, bytes | None]
+    after: dict[str, bytes | None]
+    applier: str
+    messages: str = ""
+    python_failure: str | None = None
+
+
+class ApplyPatchTool:
+    """Applies a unified diff to one or more workspace files, atomically."""
+
+    definition: ToolDefinition = ToolDefinition(
+        name="apply_patch",
+        description=(
+            "Apply a unified diff (as made by `diff -u` or `git diff`) with one or more hunks, "
+            "possibly to several files. Either every hunk applies or no file changes. "
+            "Use /dev/null as the old path to create a file."
+        ),
+        input_schema=object_schema(
+            {
+                "patch": {"type": "string", "description": "The unified diff text."},
+                "path": path_property(
+                    "Optional target file: required when the diff has no ---/+++ headers; "
+                    "when given, the diff may touch only this file."
+                ),
+            },
+            ["patch"],
+        ),
+        side_effects=SideEffects.WRITE,
+    )
+    path_fields: tuple[str, ...] = ("path",)
+
+    async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:
+        check_cancelled(context, "apply_patch")
+        ws = context.workspace_files
+        files = parse_unified_diff(input["patch"], default_path=input.get("path"))
+        targets = _targets(ws, files, input.get("path"))
+        async with locked_paths(t.absolute for t in targets):
+            plan = await _plan(ws, targets)
+            deleting = [rel for rel, data in plan.after.items() if data is None]
+            if deleting and not ws.allow_delete:
+                raise ToolPermissionDenied(
+                    f"the patch deletes {', '.join(deleting)}, but deleting files is disabled "
+                    "for this workspace; no file was changed"
+                )
+            check_cancelled(context, "apply_patch")
+            _commit(ws, plan)
+        return _report(targets, plan)
+
+    async def cancel(self) -> bool:
+        return False
+
+    async def preview(
+        self, input: dict[str, Any], workspace: WorkspaceFileAPI
+    ) -> ConfirmationPreview:
+        files = parse_unified_diff(input["patch"], default_path=input.get("path"))
+        targets = _targets(workspace, files, input.get("path"))
+        plan = await _plan(workspace, targets)
+        diffs = [_file_change_diff(t.rel, plan.before[t.rel], plan.after[t.rel]) for t in targets]
+        return ConfirmationPreview(
+            text="".join(diffs),
+            kind="diff",
+            projected_modifications=tuple(t.rel for t in targets),
+        )
+
+
+def _targets(ws: WorkspaceFileAPI, files: list[FilePatch], only: str | None) -> list[_Target]:
+    """Confine every path and group sections by file (in first-seen order)."""
+    only_rel = relative_path(ws, only) if only is not None else None
+    by_rel: dict[str, _Target] = {}
+    for fp in files:
+        name = _choose_path(ws, fp)
+        rel = refuse_git_internals(ws, name)
+        if rel == ".":
+            raise ToolExecutionError(f"the patch names {name!r}, which is the workspace root")
+        if only_rel is not None and rel != only_rel:
+            raise ToolExecutionError(
+                f"the patch touches {rel!r}, but the path argument limits it to {only_rel!r}"
+            )
+        target = by_rel.get(rel)
+        if target is None:
+            target = by_rel[rel] = _Target(rel, str(ws.resolve(rel)))
+        # From here on both sides name the confined relative path.
+        target.patches.append(
+            FilePatch(
+                None if fp.old_path is None else rel,
+                None if fp.new_path is None else rel,
+                fp.hunks,
+            )
+        )
+    return list(by_rel.values())
+
+
+def _choose_path(ws: WorkspaceFileAPI, fp: FilePatch) -> str:
+    if fp.old_path is None or fp.new_path is None:
+        name = fp.new_path if fp.old_path is None else fp.old_path
+        assert name is not None
+        return name
+    if fp.old_path == fp.new_path:
+        return fp.new_path
+    # `diff -u file.orig file` style: patch the side that exists, preferring the new name.
+    for candidate in (fp.new_path, fp.old_path):
+        if ws.resolve(candidate).is_file():
+            return candidate
+    raise ToolExecutionError(f"neither {fp.old_path!r} nor {fp.new_path!r} exists")
+
+
+async def _plan(ws: WorkspaceFileAPI, targets: list[_Target]) -> _Plan:
+    size = _total_size(targets)
+    before = await run_blocking(lambda: _read_originals(ws, targets), size_hint=size)
+    try:
+        after = await run_blocking(lambda: _apply_in_python(targets, before), size_hint=size)
+        return _Plan(before, after, "builtin")
+    except (HunkFailed, ToolExecutionError) as exc:
+        python_failure = exc.message if isinstance(exc, ToolError) else str(exc)
+    sections = [fp for t in targets for fp in t.patches]
+    try:
+        after, messages = await apply_with_system_patch(sections, before)
+    except SystemPatchError as exc:
+        raise ToolExecutionError(
+            f"the patch does not apply: {python_failure}. The system patch program could not "
+            f"apply it either: {exc}. No file was changed."
+        ) from exc
+    for t in targets:
+        if t.patches[-1].status == "deleted" and after[t.rel]:
+            raise ToolExecutionError(
+                f"the patch deletes {t.rel!r} but content would remain; no file was changed"
+            )
+        if t.patches[-1].status == "deleted":
+            after[t.rel] = None
+    return _Plan(before, after, "system_patch", messages, python_failure)
+
+
+def _total_size(targets: list[_Target]) -> int:
+    total = 0
+    for t in targets:
+        with contextlib.suppress(OSError):
+            total += os.stat(t.absolute).st_size
+    return total
+
+
+def _read_originals(ws: WorkspaceFileAPI, targets: list[_Target]) -> dict[str, bytes | None]:
+    """Current bytes of every target (None: absent), after checking each
+    exists or not as the patch expects."""
+    before: dict[str, bytes | None] = {}
+    for t in targets:
+        exists = os.path.lexists(t.absolute)
+        first = t.patches[0]
+        if os.path.isdir(t.absolute):
+            raise ToolExecutionError(f"{t.rel!r} is a directory, not a file")
+        if first.status == "created" and exists:
+            raise ToolExecutionError(f"the patch creates {t.rel!r}, but it already exists")
+        if first.status != "created" and not exists:
+            raise ToolExecutionError(f"the patch changes {t.rel!r}, but it does not exist")
+        before[t.rel] = ws.read_bytes(t.rel) if exists else None
+    return before
+
+
+def _apply_in_python(
+    targets: list[_Target], before: dict[str, bytes | None]
+) -> dict[str, bytes | None]:
+    after: dict[str, bytes | None] = {}
+    for t in targets:
+        data = before[t.rel]
+        text: str | None = None if data is None else decode_text(data, t.rel)
+        for fp in t.patches:
+            text = apply_file_patch(t.rel, text, fp).text
+        after[t.rel] = None if text is None else text.encode("utf-8")
+    return after
+
+
+def _commit(ws: WorkspaceFileAPI, plan: _Plan) -> None:
+    """Write every change; on the first failure put back what was written."""
+    done: list[str] = []
+    made_dirs: list[str] = []
+    try:
+        for rel in sorted(plan.after):
+            new = plan.after[rel]
+            if new == plan.before[rel]:
+                continue
+            if new is None:
+                ws.delete(rel)
+            else:
+                made_dirs.extend(_missing_parents(ws, rel))
+                ws.write_bytes(rel, new)
+            done.append(rel)
+    except (ToolError, OSError) as exc:
+        for rel in reversed(done):
+            old = plan.before[rel]
+            with contextlib.suppress(ToolError, OSError):
+                if old is None:
+                    os.unlink(ws.resolve(rel))
+                else:
+                    ws.write_bytes(rel, old)
+        for directory in reversed(made_dirs):
+            with contextlib.suppress(OSError):
+                os.rmdir(directory)
+        reason = exc.message if isinstance(exc, ToolError) else str(exc)
+        raise ToolExecutionError(
+            f"writing the patched files failed ({reason}); every file was restored"
+        ) from exc
+
+
+def _missing_parents(ws: WorkspaceFileAPI, rel: str) -> list[str]:
+    """Folders that writing ``rel`` will create, outermost first."""
+    missing: list[str] = []
+    parent = os.path.dirname(str(ws.resolve(rel)))
+    while not os.path.isdir(parent) and ws.contains(parent):
+        missing.append(parent)
+        parent = os.path.dirname(parent)
+    return list(reversed(missing))
+
+
+def _file_change_diff(rel: str, before: bytes | None, after: bytes | None) -> str:
+    old = "" if before is None else before.decode("utf-8", errors="replace")
+    new = "" if after is None else after.decode("utf-8", errors="replace")
+    return unified_file_diff(rel, old, new, created=before is None, deleted=after is None)
+
+
+def _report(targets: list[_Target], plan: _Plan) -> ToolOutput:
+    summaries: list[dict[str, Any]] = []
+    lines: list[str] = []
+    for t in targets:
+        added = sum(1 for fp in t.patches for h in fp.hunks for ln in h.lines if ln.op == "+")
+        removed = sum(1 for fp in t.patches for h in fp.hunks for ln in h.lines if ln.op == "-")
+        if plan.after[t.rel] is None:
+            status = "deleted"
+        elif plan.before[t.rel] is None:
+            status = "created"
+        else:
+            status = "modified"
+        hunks = sum(len(fp.hunks) for fp in t.patches)
+        summaries.append(
+            {"path": t.rel, "status": status, "hunks": hunks, "added": added, "removed": removed}
+        )
+        lines.append(f"{status[0].upper()} {t.rel} (+{added} -{removed}, {hunks} hunks)")
+    applier = "the built-in applier" if plan.applier == "builtin" else "the system patch program"
+    text = f"Applied the patch with {applier}:\n" + "\n".join(lines)
+    if plan.messages:
+        text += f"\npatch said:\n{plan.messages}"
+    corrected = any(h.counts_corrected for t in targets for fp in t.patches for h in fp.hunks)
+    return ToolOutput.text(
+        text,
+        metadata={
+            "files": summaries,
+            "applier": plan.applier,
+            "builtin_failure": plan.python_failure,
+            "patch_messages": plan.messages or None,
+            "hunk_counts_corrected": corrected,
+        },
+        files_modified=[t.rel for t in targets],
+    )

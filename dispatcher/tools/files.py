@@ -1,0 +1,398 @@
+"""File tools: read_file, write_file, patch_file, delete_file.
+
+Every byte goes through the session's WorkspaceFileAPI, which confines paths
+to the workspace and writes atomically. Write tools also hold a per-file lock
+(see file_locks) so concurrent calls on one file apply one after the other.
+"""
+
+from __future__ import annotations
+
+import stat
+from typing import Any
+
+from adapters.canonical import SideEffects, ToolDefinition
+from dispatcher.errors import ToolExecutionError, ToolPermissionDenied
+from dispatcher.tool import ConfirmationPreview, ToolContext, ToolOutput
+from dispatcher.tools.common import (
+    Options,
+    check_cancelled,
+    file_size,
+    object_schema,
+    path_property,
+    refuse_git_internals,
+    require_file,
+    run_blocking,
+)
+from dispatcher.tools.file_locks import locked_paths
+from dispatcher.tools.textdiff import unified_file_diff
+from dispatcher.workspace import WorkspaceFileAPI
+
+DEFAULT_READ_MAX_CHARS = 2 * 1024 * 1024
+
+
+def decode_text(data: bytes, path: str) -> str:
+    """UTF-8 text of ``data``, or a clear error for binary and non-UTF-8 files."""
+    nul = data.find(b"\x00")
+    if nul != -1:
+        raise ToolExecutionError(
+            f"{path!r} looks binary (NUL byte at offset {nul}); only text files can be read"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ToolExecutionError(
+            f"{path!r} is not UTF-8 text (invalid byte 0x{data[exc.start]:02x} at offset "
+            f"{exc.start}); it may be binary or use another encoding"
+        ) from exc
+
+
+def file_diff(rel: str, before: str, after: str, *, created: bool = False) -> str:
+    """Unified diff of one file's change, git style (``/dev/null`` for a new file)."""
+    return unified_file_diff(rel, before, after, created=created)
+
+
+def match_lines(text: str, needle: str) -> list[int]:
+    """1-based line numbers where each non-overlapping occurrence starts
+    (the same occurrences ``str.count`` counts)."""
+    lines: list[int] = []
+    start = text.find(needle)
+    line, scanned = 1, 0
+    while start != -1:
+        line += text.count("\n", scanned, start)
+        scanned = start
+        lines.append(line)
+        start = text.find(needle, start + len(needle))
+    return lines
+
+
+class ReadFileTool:
+    """Reads a UTF-8 text file, optionally a range of lines."""
+
+    definition: ToolDefinition = ToolDefinition(
+        name="read_file",
+        description=(
+            "Read a UTF-8 text file from the workspace. Use offset/limit (1-based lines) "
+            "to read part of a large file. Binary and non-UTF-8 files give an error."
+        ),
+        input_schema=object_schema(
+            {
+                "path": path_property("File path, relative to the workspace root."),
+                "offset": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "description": "First line to return (1-based). Default 1.",
+                },
+                "limit": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "description": "How many lines to return. Default: to the end.",
+                },
+            },
+            ["path"],
+        ),
+        side_effects=SideEffects.READ,
+    )
+    path_fields: tuple[str, ...] = ("path",)
+
+    async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:
+        check_cancelled(context, "read_file")
+        options = Options("read_file", context.options)
+        max_chars = options.integer(
+            "max_chars", DEFAULT_READ_MAX_CHARS, minimum=1, maximum=64 * 1024 * 1024
+        )
+        path: str = input["path"]
+        offset: int = input.get("offset", 1)
+        limit: int | None = input.get("limit")
+        ws = context.workspace_files
+        target = ws.resolve(path)
+        try:
+            st = target.stat()
+        except FileNotFoundError:
+            raise ToolExecutionError(f"file {path!r} does not exist") from None
+        except OSError as exc:
+            raise ToolExecutionError(f"{path!r}: {exc.strerror}") from exc
+        if stat.S_ISDIR(st.st_mode):
+            raise ToolExecutionError(f"{path!r} is a directory, not a file")
+
+        def load() -> tuple[str, int, int]:
+            # One trip to a worker thread for large files: read, count, decode.
+            data = ws.read_bytes(path)
+            # Counting b"\n" in the bytes is a memchr; on the decoded text it is not.
+            total = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
+            return decode_text(data, path), total, len(data)
+
+        text, total, size = await run_blocking(load, size_hint=st.st_size)
+        return _select_lines(ws.relative(target), text, total, offset, limit, max_chars, size)
+
+    async def cancel(self) -> bool:
+        return False
+
+
+def _select_lines(
+    rel: str, text: str, total: int, offset: int, limit: int | None, max_chars: int, size: int
+) -> ToolOutput:
+    if offset == 1 and limit is None and len(text) <= max_chars:
+        # The common case: the whole file, without splitting it into lines.
+        chosen, end, truncated = text, total, False
+    else:
+        if offset > max(total, 1):
+            raise ToolExecutionError(
+                f"offset {offset} is past the end of {rel!r}, which has {total} lines"
+            )
+        lines = text.splitlines(keepends=True)
+        stop = total if limit is None else min(total, offset - 1 + limit)
+        picked = lines[offset - 1 : stop]
+        used, kept = 0, 0
+        for line in picked:
+            if used + len(line) > max_chars and kept > 0:
+                break
+            used += len(line)
+            kept += 1
+        truncated = kept < len(picked)
+        chosen = "".join(picked[:kept])
+        end = offset - 1 + kept
+        if truncated:
+            chosen += (
+                f"\n[truncated at {max_chars} characters: showing lines {offset}-{end} of "
+                f"{total}; continue with offset={end + 1}]"
+            )
+    metadata: dict[str, Any] = {
+        "path": rel,
+        "size_bytes": size,
+        "total_lines": total,
+        "start_line": offset if total else 0,
+        "end_line": end,
+        "truncated": truncated,
+        "next_offset": end + 1 if end < total else None,
+    }
+    return ToolOutput.text(chosen, metadata=metadata)
+
+
+class WriteFileTool:
+    """Creates, overwrites or appends to a file, atomically."""
+
+    definition: ToolDefinition = ToolDefinition(
+        name="write_file",
+        description=(
+            "Write text to a file in the workspace: overwrite (default) or append. Creates "
+            "missing parent folders. The write is atomic. Prefer patch_file for small edits."
+        ),
+        input_schema=object_schema(
+            {
+                "path": path_property("File path, relative to the workspace root."),
+                "content": {"type": "string", "description": "The text to write."},
+                "mode": {
+                    "type": "string",
+                    "enum": ["overwrite", "append"],
+                    "description": "overwrite (default) replaces the file; append adds to it.",
+                },
+                "create_parents": {
+                    "type": "boolean",
+                    "description": "Create missing parent folders (default true).",
+                },
+            },
+            ["path", "content"],
+        ),
+        side_effects=SideEffects.WRITE,
+    )
+    path_fields: tuple[str, ...] = ("path",)
+
+    async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:
+        check_cancelled(context, "write_file")
+        ws = context.workspace_files
+        path: str = input["path"]
+        content: str = input["content"]
+        mode: str = input.get("mode", "overwrite")
+        rel = refuse_git_internals(ws, path)
+        target = ws.resolve(path)
+        if target.is_dir():
+            raise ToolExecutionError(f"{path!r} is a directory, not a file")
+        if not input.get("create_parents", True) and not target.parent.is_dir():
+            raise ToolExecutionError(
+                f"the folder of {path!r} does not exist and create_parents is false"
+            )
+        encoded = content.encode("utf-8")
+        async with locked_paths([str(target)]):
+            created = not target.exists()
+            if mode == "append":
+                await run_blocking(lambda: ws.append(path, content), size_hint=len(encoded))
+            else:
+                await run_blocking(lambda: ws.write_bytes(path, encoded), size_hint=len(encoded))
+            size_after = file_size(ws, path)
+        verb = "Created" if created else ("Appended to" if mode == "append" else "Overwrote")
+        return ToolOutput.text(
+            f"{verb} {rel} ({len(encoded)} bytes written, {size_after} bytes now)",
+            metadata={
+                "path": rel,
+                "mode": mode,
+                "created": created,
+                "bytes_written": len(encoded),
+                "size_bytes": size_after,
+            },
+            files_modified=[rel],
+        )
+
+    async def cancel(self) -> bool:
+        return False
+
+    async def preview(
+        self, input: dict[str, Any], workspace: WorkspaceFileAPI
+    ) -> ConfirmationPreview:
+        path: str = input["path"]
+        rel = refuse_git_internals(workspace, path)
+        target = workspace.resolve(path)
+        content: str = input["content"]
+        if not target.exists():
+            diff = file_diff(rel, "", content, created=True)
+        else:
+            try:
+                before = decode_text(workspace.read_bytes(path), path)
+            except ToolExecutionError as err:
+                verb = "appended to" if input.get("mode") == "append" else "replaced"
+                return ConfirmationPreview(
+                    text=f"{rel} will be {verb} ({err.message})",
+                    kind="text",
+                    projected_modifications=(rel,),
+                )
+            after = before + content if input.get("mode") == "append" else content
+            diff = file_diff(rel, before, after) or f"(no change to {rel})"
+        return ConfirmationPreview(text=diff, kind="diff", projected_modifications=(rel,))
+
+
+class PatchFileTool:
+    """Replaces one exact, unique piece of text in a file (str_replace style)."""
+
+    definition: ToolDefinition = ToolDefinition(
+        name="patch_file",
+        description=(
+            "Replace an exact piece of text in a file. old_str must occur exactly once "
+            "(include surrounding lines to make it unique). Returns the unified diff."
+        ),
+        input_schema=object_schema(
+            {
+                "path": path_property("File path, relative to the workspace root."),
+                "old_str": {"type": "string", "description": "Exact text to replace."},
+                "new_str": {"type": "string", "description": "Replacement text."},
+            },
+            ["path", "old_str", "new_str"],
+        ),
+        side_effects=SideEffects.WRITE,
+    )
+    path_fields: tuple[str, ...] = ("path",)
+
+    async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:
+        check_cancelled(context, "patch_file")
+        ws = context.workspace_files
+        path: str = input["path"]
+        rel = refuse_git_internals(ws, path)
+        target = ws.resolve(path)
+        async with locked_paths([str(target)]):
+            require_file(ws, path)
+            size = file_size(ws, path)
+            before, after, line = await run_blocking(
+                lambda: _replace_once(ws, path, rel, input["old_str"], input["new_str"]),
+                size_hint=size,
+            )
+            await run_blocking(lambda: ws.write(path, after), size_hint=size)
+        diff = file_diff(rel, before, after)
+        return ToolOutput.text(
+            diff,
+            metadata={
+                "path": rel,
+                "line": line,
+                "lines_removed": input["old_str"].count("\n") + 1,
+                "lines_added": input["new_str"].count("\n") + 1,
+                "diff": diff,
+            },
+            files_modified=[rel],
+        )
+
+    async def cancel(self) -> bool:
+        return False
+
+    async def preview(
+        self, input: dict[str, Any], workspace: WorkspaceFileAPI
+    ) -> ConfirmationPreview:
+        path: str = input["path"]
+        rel = refuse_git_internals(workspace, path)
+        require_file(workspace, path)
+        before, after, _ = _replace_once(workspace, path, rel, input["old_str"], input["new_str"])
+        return ConfirmationPreview(
+            text=file_diff(rel, before, after), kind="diff", projected_modifications=(rel,)
+        )
+
+
+def _replace_once(
+    ws: WorkspaceFileAPI, path: str, rel: str, old: str, new: str
+) -> tuple[str, str, int]:
+    """(before, after, line of the change) or the not-found / not-unique error."""
+    if not old:
+        raise ToolExecutionError("old_str must not be empty")
+    if old == new:
+        raise ToolExecutionError("old_str and new_str are identical; there is nothing to change")
+    text = decode_text(ws.read_bytes(path), path)
+    lines = match_lines(text, old)
+    if not lines:
+        raise ToolExecutionError(f"old_str not found in {rel!r}")
+    if len(lines) > 1:
+        raise ToolExecutionError(
+            f"old_str is not unique in {rel!r}: {len(lines)} matches, at lines "
+            + ", ".join(str(n) for n in lines)
+            + "; include more surrounding text"
+        )
+    return text, text.replace(old, new, 1), lines[0]
+
+
+class DeleteFileTool:
+    """Deletes one file; only registered, and only allowed, when the
+    workspace permits deletion."""
+
+    definition: ToolDefinition = ToolDefinition(
+        name="delete_file",
+        description="Delete one file from the workspace (folders cannot be deleted).",
+        input_schema=object_schema(
+            {"path": path_property("File path, relative to the workspace root.")}, ["path"]
+        ),
+        side_effects=SideEffects.WRITE,
+    )
+    path_fields: tuple[str, ...] = ("path",)
+
+    async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:
+        check_cancelled(context, "delete_file")
+        ws = context.workspace_files
+        path: str = input["path"]
+        if not ws.allow_delete:
+            raise ToolPermissionDenied("deleting files is disabled for this workspace")
+        rel = refuse_git_internals(ws, path)
+        target = ws.resolve(path)
+        async with locked_paths([str(target)]):
+            require_file(ws, path)
+            size = file_size(ws, path)
+            ws.delete(path)
+        return ToolOutput.text(
+            f"Deleted {rel} ({size} bytes)",
+            metadata={"path": rel, "size_bytes": size},
+            files_modified=[rel],
+        )
+
+    async def cancel(self) -> bool:
+        return False
+
+    async def preview(
+        self, input: dict[str, Any], workspace: WorkspaceFileAPI
+    ) -> ConfirmationPreview:
+        path: str = input["path"]
+        rel = refuse_git_internals(workspace, path)
+        require_file(workspace, path)
+        try:
+            before = decode_text(workspace.read_bytes(path), path)
+        except ToolExecutionError:
+            return ConfirmationPreview(
+                text=f"{rel} (binary) will be deleted", projected_modifications=(rel,)
+            )
+        diff = unified_file_diff(rel, before, "", deleted=True)
+        return ConfirmationPreview(
+            text=diff or f"{rel} (empty) will be deleted",
+            kind="diff",
+            projected_modifications=(rel,),
+        )

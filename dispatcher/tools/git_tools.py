@@ -1,0 +1,447 @@
+"""git_status, git_diff, git_log (read) and git_commit, git_branch (write):
+thin tools over the git CLI with structured output. See git_runner for how
+git is run and why the read tools can declare ``read``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from adapters.canonical import SideEffects, ToolDefinition
+from dispatcher.errors import ToolExecutionError, ToolValidationError
+from dispatcher.tool import ConfirmationPreview, ToolContext, ToolOutput
+from dispatcher.tools.common import (
+    Options,
+    check_cancelled,
+    object_schema,
+    path_property,
+    refuse_git_internals,
+    relative_path,
+)
+from dispatcher.tools.git_parse import (
+    BRANCH_FORMAT,
+    LOG_FORMAT,
+    Status,
+    parse_branches,
+    parse_log,
+    parse_numstat_z,
+    parse_status_v2,
+)
+from dispatcher.tools.git_runner import GitRunner, check_revision, git_error
+from dispatcher.workspace import WorkspaceFileAPI
+
+DEFAULT_DIFF_BYTES = 256 * 1024
+DEFAULT_AUTHOR = ("toolrelay", "toolrelay@localhost")
+
+
+class _GitTool:
+    """Shared cancel(): stop the git command in flight."""
+
+    def __init__(self) -> None:
+        self._git: GitRunner | None = None
+
+    def _runner(self, context: ToolContext) -> GitRunner:
+        self._git = GitRunner(context)
+        return self._git
+
+    async def cancel(self) -> bool:
+        return await self._git.terminate() if self._git is not None else False
+
+
+def _pathspec(ws: WorkspaceFileAPI, path: str | None) -> list[str]:
+    if path is None:
+        return []
+    rel = relative_path(ws, path)
+    return [] if rel == "." else [rel]
+
+
+class GitStatusTool(_GitTool):
+    """The working tree's state: branch, staged, unstaged and untracked files."""
+
+    definition: ToolDefinition = ToolDefinition(
+        name="git_status",
+        description=(
+            "Show the git status of the workspace: current branch, upstream ahead/behind, "
+            "and each changed, staged, untracked or conflicted file."
+        ),
+        input_schema=object_schema({}, []),
+        side_effects=SideEffects.READ,
+    )
+
+    async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:
+        check_cancelled(context, "git_status")
+        git = self._runner(context)
+        result = await git.run(
+            ["status", "--porcelain=v2", "--branch", "-z", "--untracked-files=all"]
+        )
+        status = parse_status_v2(result.stdout)
+        return ToolOutput.text(_render_status(status), metadata=status.as_dict())
+
+
+def _render_status(status: Status) -> str:
+    b = status.branch
+    head = b.head or f"detached at {b.oid[:12] if b.oid else '?'}"
+    line = f"branch: {head}"
+    if b.oid is None:
+        line += " (no commits yet)"
+    if b.upstream:
+        line += f" (upstream {b.upstream}, ahead {b.ahead or 0}, behind {b.behind or 0})"
+    lines = [line]
+    for e in status.entries:
+        name = f"{e.orig_path} -> {e.path}" if e.orig_path else e.path
+        if e.kind in ("untracked", "ignored", "unmerged"):
+            lines.append(f"{e.kind}: {name}")
+            continue
+        if e.index != "unmodified":
+            lines.append(f"staged {e.index}: {name}")
+        if e.worktree != "unmodified":
+            lines.append(f"unstaged {e.worktree}: {name}")
+    if not status.entries:
+        lines.append("working tree clean")
+    return "\n".join(lines)
+
+
+class GitDiffTool(_GitTool):
+    """Unstaged (default) or staged changes, or changes against a revision."""
+
+    definition: ToolDefinition = ToolDefinition(
+        name="git_diff",
+        description=(
+            "Show a git diff: unstaged changes by default, staged ones with staged=true, or "
+            "the working tree against a revision (ref, e.g. 'HEAD~1' or 'main..feature')."
+        ),
+        input_schema=object_schema(
+            {
+                "staged": {"type": "boolean", "description": "Diff the index (default false)."},
+                "ref": {"type": "string", "description": "Revision or range to diff against."},
+                "path": path_property("Limit the diff to this file or folder."),
+                "context_lines": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "maximum": 50,
+                    "description": "Context lines around changes (default 3).",
+                },
+            },
+            [],
+        ),
+        side_effects=SideEffects.READ,
+    )
+    path_fields: tuple[str, ...] = ("path",)
+
+    async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:
+        check_cancelled(context, "git_diff")
+        options = Options("git_diff", context.options)
+        limit = options.integer(
+            "max_output_bytes", DEFAULT_DIFF_BYTES, minimum=1024, maximum=64 * 1024 * 1024
+        )
+        base = ["diff", "--no-ext-diff", "--no-textconv", "--no-color"]
+        if input.get("staged", False):
+            base.append("--cached")
+        revs = [check_revision(input["ref"], "ref")] if "ref" in input else []
+        tail = [
+            "--end-of-options",
+            *revs,
+            "--",
+            *_pathspec(context.workspace_files, input.get("path")),
+        ]
+        git = self._runner(context)
+        await git.ensure_repository()
+        numstat = await git.run([*base, "--numstat", "-z", *tail])
+        files = parse_numstat_z(numstat.stdout)
+        diff = await git.run(
+            [*base, f"-U{input.get('context_lines', 3)}", *tail], output_limit=limit
+        )
+        text = diff.text if diff.text else "(no changes)"
+        return ToolOutput.text(
+            text,
+            metadata={
+                "files": [
+                    {
+                        "path": f.path,
+                        "old_path": f.old_path,
+                        "added": f.added,
+                        "removed": f.removed,
+                        "binary": f.binary,
+                    }
+                    for f in files
+                ],
+                "truncated": diff.truncated,
+                "staged": input.get("staged", False),
+                "ref": input.get("ref"),
+            },
+        )
+
+
+class GitLogTool(_GitTool):
+    """Recent commits, newest first."""
+
+    definition: ToolDefinition = ToolDefinition(
+        name="git_log",
+        description="List recent git commits (newest first), optionally for a ref or a path.",
+        input_schema=object_schema(
+            {
+                "max_count": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": 200,
+                    "description": "How many commits (default 20).",
+                },
+                "ref": {"type": "string", "description": "Revision or range (default HEAD)."},
+                "path": path_property("Only commits touching this file or folder."),
+            },
+            [],
+        ),
+        side_effects=SideEffects.READ,
+    )
+    path_fields: tuple[str, ...] = ("path",)
+
+    async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:
+        check_cancelled(context, "git_log")
+        revs = [check_revision(input["ref"], "ref")] if "ref" in input else []
+        args = [
+            "log",
+            f"--max-count={input.get('max_count', 20)}",
+            f"--format={LOG_FORMAT}",
+            "--no-color",
+            "--end-of-options",
+            *revs,
+            "--",
+            *_pathspec(context.workspace_files, input.get("path")),
+        ]
+        git = self._runner(context)
+        result = await git.run(args, check=False)
+        if result.exit_code != 0:
+            if "does not have any commits yet" in result.stderr:
+                return ToolOutput.text("(no commits yet)", metadata={"commits": [], "count": 0})
+            raise git_error("log", result.stderr)
+        commits = parse_log(result.stdout)
+        lines = [f"{c.short} {c.date[:10]} {c.author}: {c.subject}" for c in commits]
+        return ToolOutput.text(
+            "\n".join(lines) if lines else "(no commits match)",
+            metadata={
+                "commits": [
+                    {
+                        "sha": c.sha,
+                        "short": c.short,
+                        "author": c.author,
+                        "email": c.email,
+                        "date": c.date,
+                        "parents": c.parents,
+                        "subject": c.subject,
+                        "body": c.body,
+                    }
+                    for c in commits
+                ],
+                "count": len(commits),
+            },
+        )
+
+
+class GitCommitTool(_GitTool):
+    """Stages the given paths (or everything) and commits."""
+
+    definition: ToolDefinition = ToolDefinition(
+        name="git_commit",
+        description=(
+            "Create a git commit with a message. Stage files first with `paths`, or every "
+            "change (untracked files included) with all=true; otherwise what is already "
+            "staged is committed. Hooks do not run."
+        ),
+        input_schema=object_schema(
+            {
+                "message": {"type": "string", "minLength": 1, "description": "Commit message."},
+                "paths": {
+                    "type": "array",
+                    "items": {"type": "string", "format": "path"},
+                    "description": "Files to stage before committing.",
+                },
+                "all": {"type": "boolean", "description": "Stage every change (default false)."},
+            },
+            ["message"],
+        ),
+        side_effects=SideEffects.WRITE,
+    )
+
+    async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:
+        check_cancelled(context, "git_commit")
+        ws = context.workspace_files
+        message: str = input["message"]
+        if not message.strip():
+            raise ToolValidationError("message must not be blank")
+        paths = [refuse_git_internals(ws, p) for p in input.get("paths", [])]
+        git = self._runner(context)
+        if input.get("all", False):
+            await git.run(["add", "-A", "--", "."])
+        if paths:
+            await git.run(["add", "--", *paths])
+        env = await _identity(git, Options("git_commit", context.options))
+        result = await git.run(["commit", "--no-verify", "-m", message], extra_env=env, check=False)
+        if result.exit_code != 0:
+            said = (result.text + "\n" + result.stderr).strip()
+            if "nothing to commit" in said or "no changes added" in said:
+                raise ToolExecutionError(
+                    "nothing to commit: stage files with `paths` or pass all=true"
+                )
+            raise git_error("commit", result.stderr or result.text)
+        head = await git.run(["rev-parse", "HEAD"])
+        sha = head.stdout.decode().strip()
+        branch = (await git.run(["branch", "--show-current"])).stdout.decode().strip() or None
+        changed = await git.run(
+            ["diff-tree", "--no-commit-id", "--root", "-r", "-z", "--name-status", "HEAD"]
+        )
+        files = _name_status(changed.stdout)
+        return ToolOutput.text(
+            f"[{branch or 'detached'} {sha[:12]}] {message.splitlines()[0]}\n"
+            + "\n".join(f"{f['status']} {f['path']}" for f in files),
+            metadata={"commit": sha, "branch": branch, "files": files},
+        )
+
+    async def preview(
+        self, input: dict[str, Any], workspace: WorkspaceFileAPI
+    ) -> ConfirmationPreview:
+        paths = [refuse_git_internals(workspace, p) for p in input.get("paths", [])]
+        lines = [f"git commit -m {input['message']!r}"]
+        if input.get("all", False):
+            lines.append("staging every change first (git add -A)")
+        if paths:
+            lines.append("staging first: " + ", ".join(paths))
+        return ConfirmationPreview(text="\n".join(lines), kind="text")
+
+
+async def _identity(git: GitRunner, options: Options) -> dict[str, str]:
+    """Author/committer from git config, else from options (or a default), so a
+    fresh repository can commit without asking anyone."""
+    configured = await git.run(["config", "--get", "user.email"], check=False)
+    if configured.exit_code == 0 and configured.stdout.strip():
+        return {}
+    name = str(options.raw.get("author_name", DEFAULT_AUTHOR[0]))
+    email = str(options.raw.get("author_email", DEFAULT_AUTHOR[1]))
+    return {
+        "GIT_AUTHOR_NAME": name,
+        "GIT_AUTHOR_EMAIL": email,
+        "GIT_COMMITTER_NAME": name,
+        "GIT_COMMITTER_EMAIL": email,
+    }
+
+
+def _name_status(raw: bytes) -> list[dict[str, str]]:
+    records = [r.decode("utf-8", "replace") for r in raw.split(b"\x00")]
+    out: list[dict[str, str]] = []
+    i = 0
+    while i + 1 < len(records):
+        status = records[i]
+        if not status:
+            i += 1
+            continue
+        if status[:1] in ("R", "C") and i + 2 < len(records):
+            out.append({"status": status[:1], "path": records[i + 2], "old_path": records[i + 1]})
+            i += 3
+        else:
+            out.append({"status": status, "path": records[i + 1]})
+            i += 2
+    return out
+
+
+class GitBranchTool(_GitTool):
+    """Lists, creates, switches to or deletes (merged) branches."""
+
+    definition: ToolDefinition = ToolDefinition(
+        name="git_branch",
+        description=(
+            "Manage git branches: action 'list' (default), 'create' (name, optional "
+            "start_point), 'switch' (name) or 'delete' (name; only fully merged branches)."
+        ),
+        input_schema=object_schema(
+            {
+                "action": {
+                    "type": "string",
+                    "enum": ["list", "create", "switch", "delete"],
+                    "description": "What to do (default list).",
+                },
+                "name": {"type": "string", "description": "Branch name."},
+                "start_point": {
+                    "type": "string",
+                    "description": "Revision a new branch starts at (default HEAD).",
+                },
+            },
+            [],
+        ),
+        side_effects=SideEffects.WRITE,
+    )
+
+    async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:
+        check_cancelled(context, "git_branch")
+        action = input.get("action", "list")
+        git = self._runner(context)
+        if action == "list":
+            return await _list_branches(git)
+        name = await _branch_name(git, input.get("name"))
+        if action == "create":
+            start = (
+                [check_revision(input["start_point"], "start_point")]
+                if "start_point" in input
+                else []
+            )
+            await git.run(["branch", "--end-of-options", name, *start])
+            return ToolOutput.text(
+                f"created branch {name}", metadata={"action": action, "name": name}
+            )
+        if action == "delete":
+            await git.run(["branch", "-d", "--end-of-options", name])
+            return ToolOutput.text(
+                f"deleted branch {name}", metadata={"action": action, "name": name}
+            )
+        before = (await git.run(["rev-parse", "--verify", "-q", "HEAD"], check=False)).stdout
+        await git.run(["switch", "--no-guess", "--end-of-options", name])
+        changed: list[str] = []
+        if before.strip():
+            diff = await git.run(
+                ["diff", "--name-only", "-z", before.decode().strip(), "HEAD", "--"]
+            )
+            changed = [p.decode("utf-8", "replace") for p in diff.stdout.split(b"\x00") if p]
+        return ToolOutput.text(
+            f"switched to branch {name}" + (f" ({len(changed)} files changed)" if changed else ""),
+            metadata={"action": action, "name": name, "files_changed": changed},
+            files_modified=changed or None,
+        )
+
+    async def preview(
+        self, input: dict[str, Any], workspace: WorkspaceFileAPI
+    ) -> ConfirmationPreview:
+        action = input.get("action", "list")
+        text = f"git branch: {action}"
+        if "name" in input:
+            text += f" {input['name']!r}"
+        if "start_point" in input:
+            text += f" at {input['start_point']!r}"
+        return ConfirmationPreview(text=text, kind="text")
+
+
+async def _list_branches(git: GitRunner) -> ToolOutput:
+    result = await git.run(["for-each-ref", f"--format={BRANCH_FORMAT}", "refs/heads"])
+    branches = parse_branches(result.stdout)
+    lines = [
+        f"{'*' if b.current else ' '} {b.name} {b.commit}"
+        + (f" (upstream {b.upstream})" if b.upstream else "")
+        for b in branches
+    ]
+    return ToolOutput.text(
+        "\n".join(lines) if lines else "(no branches yet)",
+        metadata={
+            "action": "list",
+            "branches": [
+                {"name": b.name, "commit": b.commit, "current": b.current, "upstream": b.upstream}
+                for b in branches
+            ],
+        },
+    )
+
+
+async def _branch_name(git: GitRunner, name: str | None) -> str:
+    if not name:
+        raise ToolValidationError("this action needs a branch name in `name`")
+    if name.startswith("-"):
+        raise ToolValidationError(f"branch name {name!r} must not start with '-'")
+    check = await git.run(["check-ref-format", "--branch", name], check=False)
+    if check.exit_code != 0:
+        raise ToolValidationError(f"{name!r} is not a valid branch name")
+    return name

@@ -1,0 +1,196 @@
+"""list_dir and find_files: what is in the workspace, by folder or by name."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import anyio.to_thread
+
+from adapters.canonical import SideEffects, ToolDefinition
+from dispatcher.tool import ToolContext, ToolOutput
+from dispatcher.tools.common import check_cancelled, object_schema, path_property
+from dispatcher.tools.globbing import name_or_path_match
+from dispatcher.tools.walk import Entry, walk
+from dispatcher.workspace import WorkspaceFileAPI
+
+
+def _relative_to(start_rel: str, rel: str) -> str:
+    return rel if start_rel == "." else rel[len(start_rel) + 1 :]
+
+
+def _kind(entry: Entry) -> str:
+    if entry.is_symlink:
+        return "symlink"
+    return "dir" if entry.is_dir else "file"
+
+
+class ListDirTool:
+    """Lists a folder, optionally recursively and filtered by a glob."""
+
+    definition: ToolDefinition = ToolDefinition(
+        name="list_dir",
+        description=(
+            "List a workspace folder. Paths come back relative to the workspace root; folders "
+            "end in '/'. `pattern` is a glob ('*.py' matches names, 'src/**/*.ts' matches paths "
+            "below the folder). .git is skipped and .gitignore is honoured unless "
+            "respect_gitignore is false."
+        ),
+        input_schema=object_schema(
+            {
+                "path": path_property("Folder to list (default: the workspace root)."),
+                "pattern": {"type": "string", "description": "Optional glob filter."},
+                "recursive": {
+                    "type": "boolean",
+                    "description": "List sub-folders too (default false; implied by a "
+                    "pattern containing '/').",
+                },
+                "respect_gitignore": {
+                    "type": "boolean",
+                    "description": "Leave out ignored paths (default true).",
+                },
+                "max_entries": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": 10000,
+                    "description": "Most entries to return (default 1000).",
+                },
+            },
+            [],
+        ),
+        side_effects=SideEffects.READ,
+    )
+    path_fields: tuple[str, ...] = ("path",)
+
+    async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:
+        check_cancelled(context, "list_dir")
+        path: str = input.get("path", ".")
+        pattern: str | None = input.get("pattern")
+        recursive = bool(input.get("recursive", False)) or (pattern is not None and "/" in pattern)
+        limit: int = input.get("max_entries", 1000)
+        ws = context.workspace_files
+
+        def run() -> tuple[str, list[Entry], bool]:
+            start_rel = ws.relative(ws.resolve(path))
+            found: list[Entry] = []
+            for entry in walk(
+                ws,
+                path,
+                recursive=recursive,
+                respect_gitignore=input.get("respect_gitignore", True),
+                cancelled=context.cancel_event.is_set,
+            ):
+                if pattern is not None and not name_or_path_match(
+                    pattern, _relative_to(start_rel, entry.rel)
+                ):
+                    continue
+                if len(found) == limit:
+                    return start_rel, found, True
+                found.append(entry)
+            return start_rel, found, False
+
+        start_rel, entries, truncated = await anyio.to_thread.run_sync(run)
+        check_cancelled(context, "list_dir")
+        lines = [e.rel + ("/" if e.is_dir else "") for e in entries]
+        text = "\n".join(lines) if lines else f"(no entries in {start_rel})"
+        if truncated:
+            text += f"\n[truncated: only the first {limit} entries are shown]"
+        return ToolOutput.text(
+            text,
+            metadata={
+                "path": start_rel,
+                "entries": [{"path": e.rel, "type": _kind(e)} for e in entries],
+                "count": len(entries),
+                "truncated": truncated,
+            },
+        )
+
+    async def cancel(self) -> bool:
+        return False
+
+
+class FindFilesTool:
+    """Finds files whose name (or relative path) matches a glob."""
+
+    definition: ToolDefinition = ToolDefinition(
+        name="find_files",
+        description=(
+            "Find files by name glob, e.g. '*.yaml', 'test_*.py', 'README*' (or a path glob "
+            "with '/', e.g. 'src/**/*.ts'). Searches sub-folders unless recursive is false. "
+            "Honours .gitignore by default."
+        ),
+        input_schema=object_schema(
+            {
+                "pattern": {"type": "string", "description": "Glob for the file name."},
+                "path": path_property("Folder to search (default: the workspace root)."),
+                "recursive": {"type": "boolean", "description": "Default true."},
+                "respect_gitignore": {"type": "boolean", "description": "Default true."},
+                "max_results": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": 5000,
+                    "description": "Most paths to return (default 200).",
+                },
+            },
+            ["pattern"],
+        ),
+        side_effects=SideEffects.READ,
+    )
+    path_fields: tuple[str, ...] = ("path",)
+
+    async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:
+        check_cancelled(context, "find_files")
+        pattern: str = input["pattern"]
+        path: str = input.get("path", ".")
+        limit: int = input.get("max_results", 200)
+        ws = context.workspace_files
+
+        def run() -> tuple[list[str], bool]:
+            return find_matching_files(
+                ws,
+                path,
+                pattern,
+                recursive=input.get("recursive", True),
+                respect_gitignore=input.get("respect_gitignore", True),
+                limit=limit,
+                cancelled=context.cancel_event.is_set,
+            )
+
+        found, truncated = await anyio.to_thread.run_sync(run)
+        check_cancelled(context, "find_files")
+        text = "\n".join(found) if found else f"(no files match {pattern!r})"
+        if truncated:
+            text += f"\n[truncated: only the first {limit} matches are shown]"
+        return ToolOutput.text(
+            text, metadata={"files": found, "count": len(found), "truncated": truncated}
+        )
+
+    async def cancel(self) -> bool:
+        return False
+
+
+def find_matching_files(
+    ws: WorkspaceFileAPI,
+    path: str,
+    pattern: str,
+    *,
+    recursive: bool,
+    respect_gitignore: bool,
+    limit: int,
+    cancelled: Callable[[], bool],
+) -> tuple[list[str], bool]:
+    """Workspace-relative paths of files (not folders) below ``path`` matching
+    ``pattern``; the flag says whether more matched than ``limit``."""
+    start_rel = ws.relative(ws.resolve(path))
+    found: list[str] = []
+    for entry in walk(
+        ws, path, recursive=recursive, respect_gitignore=respect_gitignore, cancelled=cancelled
+    ):
+        if entry.is_dir or (entry.is_symlink and os.path.isdir(entry.absolute)):
+            continue
+        if name_or_path_match(pattern, _relative_to(start_rel, entry.rel)):
+            if len(found) == limit:
+                return found, True
+            found.append(entry.rel)
+    return found, False

@@ -1,0 +1,279 @@
+"""shell (alias run_command): run a command line in the workspace, behind
+four layers.
+
+1. The blocklist (shell_rules) refuses destructive commands in every mode.
+2. The rating (shell_rules) tells the confirmation policy whether the call is
+   safe, dev or dangerous; with the ``allowed_only`` option a dangerous
+   command is refused without asking anyone.
+3. Limits: a timeout (default 30 s, 1..600), stdin from /dev/null, output
+   capped by keeping head and tail, the exit code reported.
+4. The working directory must lie inside the workspace; with the ``sandbox``
+   option the command runs under bubblewrap (see sandbox.py).
+
+Beyond that, output streams live through ``context.emit_output`` and a
+cancelled call stops the whole process group (SIGTERM, SIGKILL 3 s later)
+and reports what the command printed so far.
+
+The command sees a scrubbed environment, not the server's: API keys and
+tokens in the server's environment must not reach a command (``env`` is
+rated safe). Variables a call adds may not change which program runs or
+inject code (PATH, LD_*, BASH_ENV ...): the rating is based on the command
+text, and those would make the text lie.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from adapters.canonical import SideEffects, ToolDefinition
+from dispatcher.errors import (
+    ToolCancelled,
+    ToolExecutionError,
+    ToolPermissionDenied,
+    ToolTimeout,
+    ToolValidationError,
+)
+from dispatcher.tool import CallRating, ConfirmationPreview, ToolContext, ToolOutput
+from dispatcher.tools.common import Options, check_cancelled, object_schema, path_property
+from dispatcher.tools.process import ProcessResult, ProcessRunner
+from dispatcher.tools.sandbox import SandboxUnavailable, bwrap_prefix
+from dispatcher.tools.shell_rules import Analysis, analyze
+from dispatcher.workspace import WorkspaceFileAPI
+
+DEFAULT_TIMEOUT = 30
+MAX_TIMEOUT = 600
+DEFAULT_OUTPUT_BYTES = 64 * 1024
+DEFAULT_STREAM_BYTES = 1024 * 1024
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_FORBIDDEN_ENV = re.compile(
+    r"^(PATH|IFS|ENV|BASH_ENV|SHELLOPTS|BASHOPTS|PS4|PROMPT_COMMAND|LD_.*|DYLD_.*|BASH_FUNC_.*"
+    r"|PYTHONSTARTUP|PYTHONPATH|PYTHONHOME|PERL5OPT|PERL5LIB|PERLLIB|RUBYOPT|RUBYLIB"
+    r"|NODE_OPTIONS|GIT_.*|GCONV_PATH|HOSTALIASES|LOCPATH|MALLOC_.*)$"
+)
+# Server environment variables a command inherits; everything else (keys,
+# tokens, cloud credentials) stays out unless the env_passthrough option names it.
+_INHERITED = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "TZ", "TMPDIR")
+
+
+def _default_shell() -> str:
+    return "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
+
+
+class ShellTool:
+    """Runs one shell command line; see the module docstring."""
+
+    definition: ToolDefinition = ToolDefinition(
+        name="shell",
+        description=(
+            "Run a shell command in the workspace (bash -c). Output streams while it runs; the "
+            "result has the exit code and the output (long output keeps its head and tail). "
+            "No stdin. Destructive commands (rm -rf /, sudo, curl|sh ...) are always refused."
+        ),
+        input_schema=object_schema(
+            {
+                "command": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "The command line to run.",
+                },
+                "cwd": path_property(
+                    "Working directory relative to the workspace root (default: the root)."
+                ),
+                "timeout": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": MAX_TIMEOUT,
+                    "description": "Seconds before the command is stopped (default 30).",
+                },
+                "env": {
+                    "type": "object",
+                    "description": "Extra environment variables (string values).",
+                },
+            },
+            ["command"],
+        ),
+        side_effects=SideEffects.EXECUTE,
+    )
+    path_fields: tuple[str, ...] = ("cwd",)
+
+    def __init__(self) -> None:
+        self._runner: ProcessRunner | None = None
+
+    # -- hooks the dispatcher calls before running -------------------------
+
+    def rate(self, input: dict[str, Any]) -> CallRating:
+        result = analyze(input["command"])
+        return CallRating.DANGEROUS if result.blocked else result.rating
+
+    async def preview(
+        self, input: dict[str, Any], workspace: WorkspaceFileAPI
+    ) -> ConfirmationPreview:
+        result = analyze(input["command"])
+        cwd = workspace.relative(workspace.resolve(input.get("cwd", ".")))
+        lines = [f"$ {input['command']}", f"(in {cwd}; rated {result.rating.value})"]
+        if result.blocked:
+            lines.append("This command will be refused: " + "; ".join(result.blocked))
+        return ConfirmationPreview(text="\n".join(lines), kind="command")
+
+    # -- the call ----------------------------------------------------------
+
+    async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:
+        check_cancelled(context, self.definition.name)
+        name = self.definition.name
+        options = Options(name, context.options)
+        command: str = input["command"]
+        if not command.strip():
+            raise ToolValidationError("command must not be blank")
+        analysis = analyze(command)
+        if analysis.blocked:
+            raise ToolPermissionDenied(
+                "the shell blocklist refuses this command: " + "; ".join(analysis.blocked)
+            )
+        if options.boolean("allowed_only", False) and analysis.rating is CallRating.DANGEROUS:
+            raise ToolPermissionDenied(
+                "the command is rated 'dangerous' and allowed_only is on: only safe and dev "
+                "commands may run in this session"
+            )
+        ws = context.workspace_files
+        cwd = ws.resolve(input.get("cwd", "."))
+        if not cwd.is_dir():
+            raise ToolExecutionError(f"cwd {input.get('cwd')!r} is not a folder in the workspace")
+        # The option (server config `workspaces.shell.timeout`) is the default
+        # for calls that do not name their own.
+        timeout: float = input.get(
+            "timeout", options.number("timeout", DEFAULT_TIMEOUT, minimum=1, maximum=MAX_TIMEOUT)
+        )
+        env = _environment(input.get("env"), options)
+        argv = [str(options.raw.get("shell", _default_shell())), "-c", command]
+        sandboxed = options.boolean("sandbox", False)
+        if sandboxed:
+            try:
+                argv = bwrap_prefix(ws.workspace_root, str(cwd)) + argv
+            except SandboxUnavailable as exc:
+                raise ToolPermissionDenied(str(exc)) from exc
+        runner = ProcessRunner(
+            argv,
+            cwd=str(cwd),
+            env=env,
+            timeout=timeout,
+            output_limit=options.integer(
+                "max_output_bytes", DEFAULT_OUTPUT_BYTES, minimum=256, maximum=64 * 1024 * 1024
+            ),
+            stream_limit=options.integer(
+                "max_stream_bytes", DEFAULT_STREAM_BYTES, minimum=0, maximum=1024 * 1024 * 1024
+            ),
+            emit=context.emit_output,
+            cancel_event=context.cancel_event,
+            kill_grace=options.number("kill_grace", 3.0, minimum=0.0, maximum=60.0),
+        )
+        self._runner = runner
+        try:
+            result = await runner.run()
+        except OSError as exc:
+            raise ToolExecutionError(f"could not start the command: {exc.strerror}") from exc
+        text = _render(result)
+        if result.cancelled:
+            raise ToolCancelled("the command was cancelled", partial_output=text)
+        if result.timed_out:
+            raise ToolTimeout(f"the command timed out after {timeout:g} s", partial_output=text)
+        if sandboxed and result.exit_code == 1 and _sandbox_failed(result):
+            raise ToolExecutionError(
+                "the sandbox could not start: " + result.stderr.text().strip()[:500]
+            )
+        return ToolOutput.text(
+            text,
+            success=result.exit_code == 0,
+            metadata=_metadata(result, analysis, sandboxed, timeout),
+            command_executed=command,
+        )
+
+    async def cancel(self) -> bool:
+        runner = self._runner
+        if runner is None:
+            return False
+        return await runner.terminate()
+
+
+class RunCommandTool(ShellTool):
+    """The same tool under the seeds' name; configure its options under
+    ``run_command`` too (options are looked up by the name called)."""
+
+    definition: ToolDefinition = ShellTool.definition.model_copy(
+        update={
+            "name": "run_command",
+            "description": ShellTool.definition.description + " (Alias of the shell tool.)",
+        }
+    )
+
+
+def _environment(extra: Any, options: Options) -> dict[str, str]:
+    env = {k: os.environ[k] for k in _INHERITED if k in os.environ}
+    env.setdefault("PATH", os.defpath)
+    for name in options.string_list("env_passthrough"):
+        if name in os.environ:
+            env[name] = os.environ[name]
+    # Plain, unpaged, unbuffered output suits a tool reading pipes.
+    env.update(
+        {
+            "TERM": "dumb",
+            "PAGER": "cat",
+            "GIT_PAGER": "cat",
+            "GIT_TERMINAL_PROMPT": "0",
+            "PYTHONUNBUFFERED": "1",
+            "NO_COLOR": "1",
+        }
+    )
+    env.setdefault("LANG", "C.UTF-8")
+    if extra is None:
+        return env
+    if not isinstance(extra, Mapping):
+        raise ToolValidationError("env must be an object of string values")
+    for key, value in extra.items():
+        if not isinstance(value, str) or "\x00" in value:
+            raise ToolValidationError(f"env value for {key!r} must be a string without NUL")
+        if not _ENV_NAME.match(key):
+            raise ToolValidationError(f"env name {key!r} is not a valid variable name")
+        if _FORBIDDEN_ENV.match(key):
+            raise ToolValidationError(
+                f"env may not set {key}: it changes which program runs or injects code"
+            )
+        env[key] = value
+    return env
+
+
+def _sandbox_failed(result: ProcessResult) -> bool:
+    return result.stderr.text().startswith("bwrap:")
+
+
+def _render(result: ProcessResult) -> str:
+    parts = [f"exit code: {result.exit_code}"]
+    out = result.stdout.text()
+    err = result.stderr.text()
+    if out:
+        parts.append("stdout:\n" + out.rstrip("\n"))
+    if err:
+        parts.append("stderr:\n" + err.rstrip("\n"))
+    if not out and not err:
+        parts.append("(no output)")
+    return "\n".join(parts)
+
+
+def _metadata(
+    result: ProcessResult, analysis: Analysis, sandboxed: bool, timeout: float
+) -> dict[str, Any]:
+    return {
+        "exit_code": result.exit_code,
+        "rating": analysis.rating.value,
+        "sandboxed": sandboxed,
+        "timeout": timeout,
+        "duration_ms": result.duration_ms,
+        "stdout_bytes": result.stdout.total,
+        "stderr_bytes": result.stderr.total,
+        "stdout_truncated": result.stdout.truncated,
+        "stderr_truncated": result.stderr.truncated,
+        "truncated": result.stdout.truncated or result.stderr.truncated,
+        "background_killed": result.background_killed,
+    }

@@ -1,0 +1,659 @@
+"""A POSIX-shell lexer and parser, just deep enough to see which programs a
+command line runs and with which arguments.
+
+It undoes what a shell undoes before running anything, so tricks that hide a
+word from a naive pattern match do not hide it from the blocklist: quoting
+(``"r""m"``, ``r''m``), backslashes (``r\\m``), ANSI-C strings
+(``$'\\x72m'``), line continuations, ``$IFS`` used as a space, positional
+parameters that expand to nothing in ``sh -c`` (``r$@m``), variables assigned
+earlier in the same line (``a=rm; $a -rf /``), and ``$(echo rm)`` style
+substitutions whose output is fixed. Whatever cannot be known statically is
+marked *dynamic*. Command substitutions, process substitutions, here-docs and
+here-strings keep their inner text so the rules can analyse it as a script.
+
+Anything the lexer cannot read with confidence (an unclosed quote or
+parenthesis) raises ShellSyntaxError: the caller refuses such a command
+rather than guess how the real shell would read it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+_OPERATORS = (
+    "<<<", "<<-", "&>>", ";;&",
+    "&&", "||", "|&", ";;", ";&", ">>", ">|", ">&", "<&", "<<", "<>", "&>",
+    "|", "&", ";", "(", ")", "<", ">",
+)  # fmt: skip
+REDIRECT_OPS = frozenset({"<<<", "<<-", "&>>", ">>", ">|", ">&", "<&", "<<", "<>", "&>", "<", ">"})
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
+_ANSI_ESCAPES = {
+    "a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f", "n": "\n",
+    "r": "\r", "t": "\t", "v": "\v", "\\": "\\", "'": "'", '"': '"', "?": "?",
+}  # fmt: skip
+_MAX_NESTING = 16
+
+
+class ShellSyntaxError(ValueError):
+    """The command cannot be read with confidence."""
+
+
+@dataclass(slots=True)
+class Word:
+    """One shell word after quote removal and the expansions we can know."""
+
+    text: str
+    dynamic: bool = False
+    substitutions: list[str] = field(default_factory=list)
+    quoted: bool = False
+
+
+@dataclass(slots=True)
+class Op:
+    """An operator; for here-docs, ``heredoc`` holds the body."""
+
+    op: str
+    fd: str | None = None
+    heredoc: str | None = None
+
+
+Token = Word | Op
+
+
+@dataclass(slots=True)
+class Redirect:
+    """A redirection of a simple command (target word; here-doc body if any)."""
+
+    op: str
+    fd: str | None
+    target: Word | None
+    heredoc: str | None = None
+
+
+@dataclass(slots=True)
+class Command:
+    """A simple command: its words (assignments included) and redirections."""
+
+    words: list[Word] = field(default_factory=list)
+    redirects: list[Redirect] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Pipeline:
+    """Simple commands joined by ``|``."""
+
+    commands: list[Command] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class FunctionDef:
+    """A shell function: its name and the words and operators of its body."""
+
+    name: str
+    body_words: list[str]
+    body_ops: set[str]
+
+
+@dataclass(slots=True)
+class Script:
+    """A parsed command line."""
+
+    pipelines: list[Pipeline]
+    functions: list[FunctionDef]
+    # Inner command lines found anywhere ($(...), `...`, <(...)), to analyse too.
+    substitutions: list[str]
+
+
+class _Lexer:
+    def __init__(self, src: str, variables: dict[str, str], depth: int) -> None:
+        if depth > _MAX_NESTING:
+            raise ShellSyntaxError("substitutions are nested too deeply")
+        self.src = src
+        self.n = len(src)
+        self.vars = variables
+        self.depth = depth
+        self.tokens: list[Token] = []
+        self.subs: list[str] = []
+        self.parts: list[str] | None = None
+        self.dynamic = False
+        self.quoted = False
+        self.word_subs: list[str] = []
+        self.pending_heredocs: list[tuple[Op, bool]] = []
+        self.heredoc_waiting: tuple[Op, bool] | None = None
+        self.ready_heredocs: list[tuple[Op, str, bool]] = []
+
+    # -- words ------------------------------------------------------------
+
+    def _start(self) -> list[str]:
+        if self.parts is None:
+            self.parts = []
+            self.dynamic = False
+            self.quoted = False
+            self.word_subs = []
+        return self.parts
+
+    def _end(self) -> None:
+        if self.parts is None:
+            return
+        word = Word("".join(self.parts), self.dynamic, self.word_subs, self.quoted)
+        self.parts = None
+        if self.heredoc_waiting is not None:
+            op, strip = self.heredoc_waiting
+            self.heredoc_waiting = None
+            self.ready_heredocs.append((op, word.text, strip))
+        match = _ASSIGNMENT.match(word.text)
+        if match and not word.dynamic:
+            # Remembered for later expansions; over-approximates scope, which
+            # only ever makes the blocklist see more, never less.
+            self.vars[match[1]] = match[2]
+        self.tokens.append(word)
+
+    def _insert_split(self, text: str) -> None:
+        """An unquoted expansion: its whitespace separates words."""
+        pieces = re.split(r"[ \t\n]+", text)
+        for k, piece in enumerate(pieces):
+            if k > 0:
+                self._end()
+            if piece:
+                self._start().append(piece)
+
+    # -- main loop --------------------------------------------------------
+
+    def run(self) -> list[Token]:
+        i = 0
+        src = self.src
+        while i < self.n:
+            c = src[i]
+            if c == "\\":
+                if i + 1 < self.n and src[i + 1] == "\n":
+                    i += 2
+                    continue
+                if i + 1 >= self.n:
+                    i += 1
+                    continue
+                self._start().append(src[i + 1])
+                self.quoted = True
+                i += 2
+            elif c in " \t":
+                self._end()
+                i += 1
+            elif c == "\n":
+                self._end()
+                self.tokens.append(Op("\n"))
+                i = self._read_heredocs(i + 1)
+            elif c == "#" and self.parts is None:
+                nl = src.find("\n", i)
+                i = self.n if nl == -1 else nl
+            elif c in "<>" and i + 1 < self.n and src[i + 1] == "(":
+                close = _matching_paren(src, i + 2)
+                inner = src[i + 2 : close]
+                self._start().append(f"/dev/fd/{'in' if c == '<' else 'out'}")
+                self.dynamic = True
+                self.word_subs.append(inner)
+                self.subs.append(inner)
+                i = close + 1
+            elif c in ";&|()<>":
+                i = self._operator(i)
+            elif c == "'":
+                close = src.find("'", i + 1)
+                if close == -1:
+                    raise ShellSyntaxError("a single quote is not closed")
+                self._start().append(src[i + 1 : close])
+                self.quoted = True
+                i = close + 1
+            elif c == '"':
+                i = self._double_quoted(i + 1)
+            elif c == "$":
+                i = self._dollar(i, quoted=False)
+            elif c == "`":
+                i = self._backtick(i, quoted=False)
+            else:
+                self._start().append(c)
+                i += 1
+        self._end()
+        if self.heredoc_waiting is not None:
+            raise ShellSyntaxError("a here-document has no delimiter")
+        self._flush_heredocs_at_eof()
+        return self.tokens
+
+    def _operator(self, i: int) -> int:
+        op = next(o for o in _OPERATORS if self.src.startswith(o, i))
+        fd = None
+        if op in REDIRECT_OPS and self.parts is not None and not self.quoted:
+            text = "".join(self.parts)
+            if text.isdigit() and not self.dynamic:
+                fd = text
+                self.parts = None
+        self._end()
+        token = Op(op, fd)
+        self.tokens.append(token)
+        if op in ("<<", "<<-"):
+            self.heredoc_waiting = (token, op == "<<-")
+        return i + len(op)
+
+    def _read_heredocs(self, i: int) -> int:
+        """After a newline: the bodies of here-docs opened on the line just ended."""
+        for op, delimiter, strip in self.ready_heredocs:
+            body: list[str] = []
+            while i < self.n:
+                nl = self.src.find("\n", i)
+                end = self.n if nl == -1 else nl
+                line = self.src[i:end]
+                i = end + 1
+                if (line.lstrip("\t") if strip else line) == delimiter:
+                    break
+                body.append(line)
+            op.heredoc = "\n".join(body)
+            # An unquoted delimiter lets $(...) and `...` run inside the body;
+            # always treating them as live only ever makes the rules see more.
+            self.subs.extend(substitutions_in_text(op.heredoc))
+        self.ready_heredocs = []
+        return min(i, self.n)
+
+    def _flush_heredocs_at_eof(self) -> None:
+        for op, _, _ in self.ready_heredocs:
+            op.heredoc = ""
+        self.ready_heredocs = []
+
+    # -- quoting ----------------------------------------------------------
+
+    def _double_quoted(self, i: int) -> int:
+        parts = self._start()
+        self.quoted = True
+        src = self.src
+        while i < self.n:
+            c = src[i]
+            if c == '"':
+                return i + 1
+            if c == "\\" and i + 1 < self.n:
+                nxt = src[i + 1]
+                if nxt == "\n":
+                    i += 2
+                    continue
+                parts.append(nxt if nxt in '$`"\\' else c + nxt)
+                i += 2
+            elif c == "$":
+                i = self._dollar(i, quoted=True)
+            elif c == "`":
+                i = self._backtick(i, quoted=True)
+            else:
+                parts.append(c)
+                i += 1
+        raise ShellSyntaxError("a double quote is not closed")
+
+    def _ansi_c(self, i: int) -> int:
+        """``$'...'`` starting at the quote; returns the index after it."""
+        out: list[str] = []
+        src = self.src
+        i += 1
+        while i < self.n:
+            c = src[i]
+            if c == "'":
+                self._start().append("".join(out))
+                self.quoted = True
+                return i + 1
+            if c == "\\" and i + 1 < self.n:
+                nxt = src[i + 1]
+                if nxt in _ANSI_ESCAPES:
+                    out.append(_ANSI_ESCAPES[nxt])
+                    i += 2
+                elif nxt == "x":
+                    m = re.match(r"[0-9a-fA-F]{1,2}", src[i + 2 :])
+                    out.append(chr(int(m[0], 16)) if m else "\\x")
+                    i += 2 + (len(m[0]) if m else 0)
+                elif nxt in "uU":
+                    m = re.match(r"[0-9a-fA-F]{1,8}", src[i + 2 :])
+                    out.append(chr(min(int(m[0], 16), 0x10FFFF)) if m else "\\" + nxt)
+                    i += 2 + (len(m[0]) if m else 0)
+                elif nxt in "01234567":
+                    m = re.match(r"[0-7]{1,3}", src[i + 1 :])
+                    assert m is not None
+                    out.append(chr(int(m[0], 8) & 0xFF))
+                    i += 1 + len(m[0])
+                elif nxt == "c" and i + 2 < self.n:
+                    out.append(chr(ord(src[i + 2]) & 0x1F))
+                    i += 3
+                else:
+                    out.append(c + nxt)
+                    i += 2
+            else:
+                out.append(c)
+                i += 1
+        raise ShellSyntaxError("a $'...' string is not closed")
+
+    # -- expansions -------------------------------------------------------
+
+    def _dollar(self, i: int, *, quoted: bool) -> int:
+        src = self.src
+        nxt = src[i + 1] if i + 1 < self.n else ""
+        if src.startswith("$((", i):
+            close = _matching_paren(src, i + 2)
+            if not src.startswith(")", close + 1):
+                raise ShellSyntaxError("an arithmetic expansion is not closed")
+            self._start()
+            self.dynamic = True
+            return close + 2
+        if nxt == "(":
+            close = _matching_paren(src, i + 2)
+            self._substitution(src[i + 2 : close], quoted)
+            return close + 1
+        if nxt == "{":
+            close = _matching_brace(src, i + 2)
+            self._parameter(src[i + 2 : close], quoted)
+            return close + 1
+        if nxt == "'" and not quoted:
+            return self._ansi_c(i + 1)
+        if nxt == '"' and not quoted:
+            return self._double_quoted(i + 2)
+        m = _NAME.match(src, i + 1)
+        if m:
+            self._parameter(m[0], quoted)
+            return m.end()
+        if nxt and (nxt.isdigit() or nxt in "@*#?$!-"):
+            self._parameter(nxt, quoted)
+            return i + 2
+        self._start().append("$")
+        return i + 1
+
+    def _parameter(self, expr: str, quoted: bool) -> None:
+        m = re.match(r"#?([A-Za-z_][A-Za-z0-9_]*|[0-9]+|[@*#?$!-])(.*)$", expr, re.DOTALL)
+        name, rest = (m[1], m[2]) if m else (expr, "")
+        if name == "IFS":
+            # The classic "rm${IFS}-rf${IFS}/": unquoted it separates words.
+            if quoted:
+                self._start().append(" ")
+            else:
+                self._end()
+            return
+        value: str | None
+        if name == "HOME":
+            value = "~"
+        elif name in self.vars:
+            value = self.vars[name]
+        elif (name.isdigit() and name != "0") or name in ("@", "*"):
+            value = ""  # no positional parameters in `sh -c '...'`
+        elif rest[:2] in (":-", ":=") or rest[:1] in ("-", "="):
+            # Unset variable with a default: the default is what runs.
+            default = rest[2:] if rest.startswith(":") else rest[1:]
+            value = _static_text(default, dict(self.vars), self.depth)
+        else:
+            value = None
+        if expr.startswith("#") or (rest and not rest.startswith((":-", ":=", "-", "="))):
+            value = None  # lengths and pattern edits: not worth emulating
+        if value is None:
+            self._start()
+            self.dynamic = True
+            self._append_marker(f"${{{name}}}")
+            return
+        if quoted:
+            self._start().append(value)
+        else:
+            self._insert_split(value)
+
+    def _append_marker(self, marker: str) -> None:
+        self._start().append(marker)
+
+    def _backtick(self, i: int, *, quoted: bool) -> int:
+        src = self.src
+        j = i + 1
+        inner: list[str] = []
+        while j < self.n:
+            c = src[j]
+            if c == "\\" and j + 1 < self.n and src[j + 1] in "`\\$":
+                inner.append(src[j + 1])
+                j += 2
+                continue
+            if c == "`":
+                self._substitution("".join(inner), quoted)
+                return j + 1
+            inner.append(c)
+            j += 1
+        raise ShellSyntaxError("a backquote is not closed")
+
+    def _substitution(self, inner: str, quoted: bool) -> None:
+        self.subs.append(inner)
+        output = _static_echo(inner, dict(self.vars), self.depth + 1)
+        if output is None:
+            self._start()
+            self.dynamic = True
+            self.word_subs.append(inner)
+            self._append_marker("$(...)")
+            return
+        self.word_subs.append(inner)
+        if quoted:
+            self._start().append(output)
+        else:
+            self._insert_split(output)
+
+
+def _matching_paren(src: str, start: int) -> int:
+    """Index of the ')' closing a '(' just before ``start``, skipping quotes."""
+    depth = 1
+    i = start
+    n = len(src)
+    while i < n:
+        c = src[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "'":
+            close = src.find("'", i + 1)
+            if close == -1:
+                raise ShellSyntaxError("a single quote is not closed")
+            i = close + 1
+            continue
+        if c == '"':
+            i = _skip_double(src, i + 1)
+            continue
+        if c == "`":
+            close = src.find("`", i + 1)
+            if close == -1:
+                raise ShellSyntaxError("a backquote is not closed")
+            i = close + 1
+            continue
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    raise ShellSyntaxError("a parenthesis is not closed")
+
+
+def _matching_brace(src: str, start: int) -> int:
+    depth = 1
+    i = start
+    while i < len(src):
+        c = src[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    raise ShellSyntaxError("a ${...} expansion is not closed")
+
+
+def _skip_double(src: str, i: int) -> int:
+    while i < len(src):
+        c = src[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == '"':
+            return i + 1
+        if c == "$" and src.startswith("$(", i):
+            i = _matching_paren(src, i + 2) + 1
+            continue
+        i += 1
+    raise ShellSyntaxError("a double quote is not closed")
+
+
+def substitutions_in_text(text: str) -> list[str]:
+    """The inner commands of every ``$(...)`` and backquote in ``text``, where
+    quotes are literal characters (a here-doc body)."""
+    found: list[str] = []
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if c == "\\":
+            i += 2
+            continue
+        if text.startswith("$((", i):
+            i += 3
+            continue
+        if text.startswith("$(", i):
+            try:
+                close = _matching_paren(text, i + 2)
+            except ShellSyntaxError:
+                found.append(text[i + 2 :])
+                break
+            found.append(text[i + 2 : close])
+            i = close + 1
+            continue
+        if c == "`":
+            close = text.find("`", i + 1)
+            found.append(text[i + 1 : close if close != -1 else len(text)])
+            i = len(text) if close == -1 else close + 1
+            continue
+        i += 1
+    return found
+
+
+def _static_text(text: str, variables: dict[str, str], depth: int) -> str | None:
+    """``text`` as one word after expansion, or None if anything is dynamic."""
+    try:
+        tokens = _Lexer(text, variables, depth + 1).run()
+    except ShellSyntaxError:
+        return None
+    words = [t for t in tokens if isinstance(t, Word)]
+    if any(isinstance(t, Op) for t in tokens) or any(w.dynamic for w in words):
+        return None
+    return " ".join(w.text for w in words)
+
+
+def _static_echo(inner: str, variables: dict[str, str], depth: int) -> str | None:
+    """The fixed output of ``echo ...``/``printf ...`` (without a format), else None."""
+    try:
+        tokens = _Lexer(inner, variables, depth).run()
+    except ShellSyntaxError:
+        return None
+    while tokens and isinstance(tokens[-1], Op) and tokens[-1].op in ("\n", ";"):
+        tokens.pop()
+    if not tokens or any(isinstance(t, Op) for t in tokens):
+        return None
+    words = [t for t in tokens if isinstance(t, Word)]
+    if any(w.dynamic for w in words):
+        return None
+    program = words[0].text.rsplit("/", 1)[-1]
+    args = [w.text for w in words[1:]]
+    if program == "echo":
+        while args and args[0] in ("-n", "-e", "-E", "-ne", "-en"):
+            args.pop(0)
+        return " ".join(args)
+    if program == "printf" and len(args) == 1 and "%" not in args[0] and "\\" not in args[0]:
+        return args[0]
+    return None
+
+
+def tokenize(command: str, variables: dict[str, str] | None = None, depth: int = 0) -> list[Token]:
+    """The words and operators of ``command``; raises ShellSyntaxError."""
+    return _Lexer(command, {} if variables is None else variables, depth).run()
+
+
+def parse(command: str, depth: int = 0) -> Script:
+    """Split ``command`` into pipelines of simple commands."""
+    lexer = _Lexer(command, {}, depth)
+    tokens = lexer.run()
+    pipelines: list[Pipeline] = []
+    functions: list[FunctionDef] = []
+    pipe = Pipeline()
+    cmd = Command()
+
+    def finish_command() -> None:
+        nonlocal cmd
+        if cmd.words or cmd.redirects:
+            pipe.commands.append(cmd)
+        cmd = Command()
+
+    def finish_pipeline() -> None:
+        nonlocal pipe
+        finish_command()
+        if pipe.commands:
+            pipelines.append(pipe)
+        pipe = Pipeline()
+
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        if isinstance(tok, Word):
+            cmd.words.append(tok)
+        elif tok.op in REDIRECT_OPS:
+            target = tokens[i + 1] if i + 1 < len(tokens) else None
+            if not isinstance(target, Word):
+                raise ShellSyntaxError(f"the redirection {tok.op!r} has no target")
+            cmd.redirects.append(Redirect(tok.op, tok.fd, target, tok.heredoc))
+            i += 1
+        elif tok.op in ("|", "|&"):
+            finish_command()
+        elif tok.op == "(":
+            is_function = (
+                i + 1 < len(tokens)
+                and isinstance(tokens[i + 1], Op)
+                and tokens[i + 1].op == ")"  # type: ignore[union-attr]
+                and len(cmd.words) in (1, 2)
+                and (len(cmd.words) == 1 or cmd.words[0].text == "function")
+            )
+            if is_function:
+                name = cmd.words[-1].text
+                functions.append(_function_body(name, tokens, i + 2))
+                cmd = Command()
+                i += 2
+                continue
+            finish_pipeline()
+        elif tok.op == ")":
+            finish_pipeline()
+        else:
+            finish_pipeline()
+        i += 1
+    finish_pipeline()
+    # `function name { ... }` (bash) has no parentheses.
+    for k, tok in enumerate(tokens[:-1]):
+        nxt = tokens[k + 1]
+        if isinstance(tok, Word) and tok.text == "function" and isinstance(nxt, Word):
+            functions.append(_function_body(nxt.text, tokens, k + 2))
+    return Script(pipelines, functions, lexer.subs)
+
+
+def _function_body(name: str, tokens: list[Token], start: int) -> FunctionDef:
+    """The words and operators of a function body starting at ``start``."""
+    depth = 0
+    words: list[str] = []
+    ops: set[str] = set()
+    for tok in tokens[start:]:
+        if isinstance(tok, Word):
+            if tok.text == "{":
+                depth += 1
+                continue
+            if tok.text == "}":
+                depth -= 1
+                if depth <= 0:
+                    break
+                continue
+            words.append(tok.text)
+        else:
+            if tok.op == "(":
+                depth += 1
+            elif tok.op == ")":
+                depth -= 1
+                if depth < 0:
+                    break
+            ops.add(tok.op)
+    return FunctionDef(name, words, ops)

@@ -75,6 +75,11 @@ class ShellSection(_Section):
     # Refuse commands the shell tool rates dangerous, whatever the policy says.
     allowed_only: bool = False
     timeout: float = Field(default=30.0, ge=1, le=600)
+    # Paths the sandbox covers up (besides the server's data dir, always hidden):
+    # credentials a command has no business printing into a conversation.
+    sandbox_hide: list[str] = Field(
+        default_factory=lambda: ["~/.ssh", "~/.aws", "~/.gnupg", "~/.config/gcloud", "~/.netrc"]
+    )
 
 
 class WorkspacesSection(_Section):

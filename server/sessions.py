@@ -242,6 +242,9 @@ class SessionManager:
                 "sandbox": shell.sandbox,
                 "allowed_only": shell.allowed_only,
                 "timeout": shell.timeout,
+                # The data dir holds the token file and the event log: never
+                # readable from inside the sandbox.
+                "sandbox_hide": [str(cfg.data_dir), *shell.sandbox_hide],
             }
             try:
                 workspace = WorkspaceFileAPI(

@@ -151,7 +151,8 @@ class ShellTool:
         sandboxed = options.boolean("sandbox", False)
         if sandboxed:
             try:
-                argv = bwrap_prefix(ws.workspace_root, str(cwd)) + argv
+                hidden = options.string_list("sandbox_hide")
+                argv = bwrap_prefix(ws.workspace_root, str(cwd), hidden=hidden) + argv
             except SandboxUnavailable as exc:
                 raise ToolPermissionDenied(str(exc)) from exc
         runner = ProcessRunner(

@@ -166,3 +166,41 @@ async def test_generated_token_is_printed_once_and_kept_private(
     assert token_file.read_text().strip() == token  # the same token after a restart
     async with srv.client() as http:
         assert (await http.get("/sessions")).status_code == 200
+
+
+async def test_sandboxed_shell_cannot_read_the_data_dir(tmp_path: Path) -> None:
+    """The data dir holds the token file and the event log; a sandboxed command
+    must not be able to print them into the conversation. The server lives under
+    /var/tmp here because the sandbox replaces /tmp wholesale anyway."""
+    import shutil
+    import tempfile
+
+    if shutil.which("bwrap") is None:
+        import pytest
+
+        pytest.skip("bubblewrap (bwrap) is not installed")
+    root = Path(tempfile.mkdtemp(prefix="toolrelay-hide-", dir="/var/tmp"))
+    config = {
+        **BASE_CONFIG,
+        "workspaces": {"shell": {"sandbox": True}},
+        "policy": {"preset": "yolo"},
+    }
+    srv = ServerProcess(root / "srv", config=config).start()
+    try:
+        canary = srv.data_dir / "canary.txt"
+        canary.write_text("canary-value-1234")
+        workspace = root / "ws"
+        workspace.mkdir()
+        async with srv.client("tester") as http:
+            sid = await new_session(http, workspace)
+            turn = await start_turn(
+                http, sid, use("tu1", "shell", command=f"cat {canary}; ls -A {srv.data_dir}")
+            )
+            done = await wait_turn(http, sid, turn)
+        text = json.dumps(done["results"])
+        assert "canary-value-1234" not in text
+        assert "events.sqlite3" not in text
+        assert canary.read_text() == "canary-value-1234"  # still there, just hidden
+    finally:
+        srv.stop()
+        shutil.rmtree(root, ignore_errors=True)

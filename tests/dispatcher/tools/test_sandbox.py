@@ -161,3 +161,40 @@ def test_socket_module_is_real() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         assert s.getsockname()[0] == "127.0.0.1"
+
+
+async def test_hidden_paths_are_unreadable_inside(
+    root: Path, ws: WorkspaceFileAPI, var_tmp_dir: Path
+) -> None:
+    secrets_dir = var_tmp_dir / "data"
+    secrets_dir.mkdir()
+    (secrets_dir / "token").write_text("s3cret-token")
+    lone_file = var_tmp_dir / "netrc"
+    lone_file.write_text("password hunter2")
+    readable = var_tmp_dir / "plain.txt"
+    readable.write_text("not secret")
+    options = {"sandbox": True, "sandbox_hide": [str(secrets_dir), str(lone_file)]}
+    out = await run_tool(
+        ShellTool,
+        {
+            "command": f"cat {secrets_dir}/token; cat {lone_file}; ls -A {secrets_dir}; "
+            f"cat {readable}"
+        },
+        ws,
+        options=options,
+    )
+    text = text_of(out)
+    assert "s3cret-token" not in text and "hunter2" not in text
+    assert "not secret" in text  # everything else stays readable
+    # Without the option the same command does read them: the test can fail.
+    bare = await run_tool(ShellTool, {"command": f"cat {secrets_dir}/token"}, ws, options=SANDBOX)
+    assert "s3cret-token" in text_of(bare)
+
+
+async def test_hiding_an_ancestor_of_the_workspace_keeps_the_workspace(
+    root: Path, ws: WorkspaceFileAPI
+) -> None:
+    (root / "keep.txt").write_text("still here")
+    options = {"sandbox": True, "sandbox_hide": [str(root.parent)]}
+    out = await run_tool(ShellTool, {"command": "cat keep.txt"}, ws, options=options)
+    assert "still here" in text_of(out)

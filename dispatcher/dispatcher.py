@@ -237,6 +237,8 @@ class ToolDispatcher:
     def _rate(self, entry: RegisteredTool, tool_input: dict[str, Any]) -> CallRating | None:
         try:
             return ToolHooks.rate(entry.probe, tool_input)
+        except ToolError:
+            raise  # the tool refuses this call outright (a blocklisted command)
         except Exception:
             # A rating that cannot be computed must not lower the bar.
             log.exception("rating %s failed; treating the call as dangerous", entry.name)

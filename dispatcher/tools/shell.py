@@ -105,8 +105,12 @@ class ShellTool:
     # -- hooks the dispatcher calls before running -------------------------
 
     def rate(self, input: dict[str, Any]) -> CallRating:
+        """The call's rating; a blocklisted command is refused here, before any
+        confirmation is asked for (no one should be asked to approve it)."""
         result = analyze(input["command"])
-        return CallRating.DANGEROUS if result.blocked else result.rating
+        if result.blocked:
+            raise ToolPermissionDenied(_blocked_message(result))
+        return result.rating
 
     async def preview(
         self, input: dict[str, Any], workspace: WorkspaceFileAPI
@@ -128,10 +132,8 @@ class ShellTool:
         if not command.strip():
             raise ToolValidationError("command must not be blank")
         analysis = analyze(command)
-        if analysis.blocked:
-            raise ToolPermissionDenied(
-                "the shell blocklist refuses this command: " + "; ".join(analysis.blocked)
-            )
+        if analysis.blocked:  # checked again here: execute() must hold on its own
+            raise ToolPermissionDenied(_blocked_message(analysis))
         if options.boolean("allowed_only", False) and analysis.rating is CallRating.DANGEROUS:
             raise ToolPermissionDenied(
                 "the command is rated 'dangerous' and allowed_only is on: only safe and dev "
@@ -278,3 +280,7 @@ def _metadata(
         "truncated": result.stdout.truncated or result.stderr.truncated,
         "background_killed": result.background_killed,
     }
+
+
+def _blocked_message(analysis: Analysis) -> str:
+    return "the shell blocklist refuses this command: " + "; ".join(analysis.blocked)

@@ -140,7 +140,9 @@ class Gauge:
     def __init__(self) -> None:
         self.running = 0
         self.peak = 0
-        self.instances: set[int] = set()
+        # The instances themselves, not their ids: an id is reused once its
+        # object is collected, which would make distinct instances look alike.
+        self.instances: list[object] = []
 
 
 def make_slow_tool(gauge: Gauge, delay: float = 0.05) -> type:
@@ -158,7 +160,7 @@ def make_slow_tool(gauge: Gauge, delay: float = 0.05) -> type:
             self.serial = next(counter)
 
         async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:
-            gauge.instances.add(id(self))
+            gauge.instances.append(self)
             gauge.running += 1
             gauge.peak = max(gauge.peak, gauge.running)
             try:
@@ -182,6 +184,7 @@ class StreamingTool:
         input_schema=schema(),
         side_effects=SideEffects.NONE,
     )
+
     async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:
         context.emit_output("stdout", "line 1\n")
         await context.cancel_event.wait()

@@ -19,7 +19,7 @@ from dispatcher import (
     WorkspaceFileAPI,
     check_subset,
 )
-from dispatcher.tools import builtin_tool_factories
+from dispatcher.tools import ShellTool, builtin_tool_factories
 from tests.dispatcher.support import RecordingPublisher
 
 ALL_NAMES = {
@@ -213,4 +213,16 @@ async def test_blocked_shell_is_permission_denied(tmp_path: Path) -> None:
     result = await dispatcher.dispatch(call, session, turn_id="t")
     assert result.is_error and "blocklist" in result.text()
     assert publisher.first("tool.failed").data["error_class"] == "permission_denied"
-    assert publisher.first("tool.called").data["rating"] == "dangerous"
+    assert "tool.called" not in publisher.types()  # refused before it could start
+
+
+async def test_blocklisted_command_is_refused_before_any_confirmation(tmp_path: Path) -> None:
+    publisher = RecordingPublisher()
+    dispatcher = ToolDispatcher(publisher)
+    dispatcher.register(ShellTool)
+    session = DispatchSession("s", WorkspaceFileAPI(tmp_path))  # default: execute prompts
+    block = ToolUseBlock(id="tu", name="shell", input={"command": "sudo rm -rf /"})
+    result = await dispatcher.dispatch(block, session, turn_id="t")
+    assert result.is_error and "blocklist" in result.text()
+    assert publisher.types() == ["tool.failed"]  # no confirmation_requested
+    assert publisher.first("tool.failed").data["error_class"] == "permission_denied"

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dispatcher import CallRating
+from dispatcher import CallRating, ToolPermissionDenied
 from dispatcher.tools import ShellTool
 from dispatcher.tools.shell_rules import analyze, is_critical_path
 
@@ -278,7 +278,9 @@ def test_rate_hook_matches_the_rules() -> None:
     tool = ShellTool()
     assert tool.rate({"command": "ls"}) is CallRating.SAFE
     assert tool.rate({"command": "pytest"}) is CallRating.DEV
-    assert tool.rate({"command": "rm -rf /"}) is CallRating.DANGEROUS
+    assert tool.rate({"command": "rm -rf ./build"}) is CallRating.DANGEROUS
+    with pytest.raises(ToolPermissionDenied, match="blocklist"):
+        tool.rate({"command": "rm -rf /"})
 
 
 @pytest.mark.parametrize(

@@ -23,6 +23,7 @@ from dispatcher import (
     load_plugins,
 )
 from dispatcher.tools import builtin_tool_factories
+from dispatcher.tools.shell import MAX_TIMEOUT as SHELL_MAX_TIMEOUT
 from eventbus import EventBus, EventBusError, EventLog
 from server.auth import TokenRegistry
 from server.config import Config
@@ -142,9 +143,10 @@ class Runtime:
         if name in cfg.tool_timeouts:
             return cfg.tool_timeouts[name]
         if name in SHELL_TOOLS:
-            # The shell enforces its own (configurable) timeout and reports it with the
-            # partial output; the dispatcher's must not fire first.
-            return max(cfg.tool_timeout, self.config.workspaces.shell.timeout + 10.0)
+            # The shell enforces the timeout a call asks for (up to its maximum) and
+            # reports it with the partial output; the dispatcher's is only a backstop
+            # and must not fire first, or a call asking for 600 s would be cut at 120.
+            return max(cfg.tool_timeout, SHELL_MAX_TIMEOUT + 10.0)
         return cfg.tool_timeout
 
     async def _prune_forever(self, keep_last: int, interval: float) -> None:

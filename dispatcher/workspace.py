@@ -4,7 +4,9 @@ Every path is resolved physically (symlinks followed, ``..`` collapsed after
 each link) and must land on the workspace root or below it; anything else is a
 WorkspaceEscapeError (``permission_denied``). Writes go to a temporary file in
 the same directory and are renamed into place, so a crash leaves either the
-old or the new content, never half of it.
+old or the new content, never half of it; on Linux the temporary file has no
+name until it is complete (O_TMPFILE), so a crash leaves no partial file beside
+it either.
 
 Known limit: a process that swaps a checked directory for a symlink between
 the check and the open (a race only an ``execute`` tool could run) is not
@@ -17,11 +19,17 @@ import contextlib
 import difflib
 import errno
 import os
+import secrets
 import stat
 import tempfile
 from pathlib import Path
 
-from dispatcher.errors import ToolExecutionError, ToolPermissionDenied, WorkspaceEscapeError
+from dispatcher.errors import (
+    ToolExecutionError,
+    ToolPermissionDenied,
+    ToolValidationError,
+    WorkspaceEscapeError,
+)
 
 DEFAULT_MAX_READ_BYTES = 16 * 1024 * 1024
 
@@ -52,6 +60,7 @@ class WorkspaceFileAPI:
             raise WorkspaceEscapeError(f"path must be a string, got {type(path).__name__}")
         if "\x00" in path:
             raise WorkspaceEscapeError(f"path {path!r} contains a NUL byte")
+        _check_name(path)
         expanded = path if not path.startswith("~") else os.path.expanduser(path)
         candidate = os.path.join(self.workspace_root, expanded or ".")
         real = os.path.realpath(candidate)
@@ -167,6 +176,31 @@ class WorkspaceFileAPI:
             raise WorkspaceEscapeError(f"directory {directory} escapes the workspace root")
 
 
+# Linux limits: a longer name or path fails in the OS with ENAMETOOLONG deep
+# inside some tool; checked up front, the caller learns what is wrong instead.
+NAME_MAX = 255
+PATH_MAX = 4096
+
+
+def _check_name(path: str) -> None:
+    """Refuse paths no file can have: text that is not valid Unicode (a lone
+    surrogate that is not an undecodable byte of a real file name) and names
+    or paths over the OS's length limits."""
+    try:
+        encoded = os.fsencode(path)
+    except UnicodeEncodeError:
+        raise ToolValidationError(
+            f"path {path!r} is not a valid file name: it holds a lone surrogate"
+        ) from None
+    if len(encoded) >= PATH_MAX:
+        raise ToolValidationError(f"path is {len(encoded)} bytes long; the limit is {PATH_MAX}")
+    longest = max(encoded.split(b"/"), key=len)
+    if len(longest) > NAME_MAX:
+        raise ToolValidationError(
+            f"path {path[:80]!r}... has a name of {len(longest)} bytes; the limit is {NAME_MAX}"
+        )
+
+
 def unified_diff(rel_path: str, before: str, after: str) -> str:
     """A git-style unified diff of one file's change."""
     return "".join(
@@ -192,6 +226,59 @@ def _atomic_write(target: Path, content: bytes) -> None:
     mode: int | None = None
     with contextlib.suppress(FileNotFoundError):
         mode = stat.S_IMODE(target.stat().st_mode)
+    if not _write_unnamed(target, content, mode):
+        _write_named(target, content, mode)
+
+
+# Errors meaning "this file system (or OS) has no O_TMPFILE": use a named temp file.
+_NO_TMPFILE = frozenset({errno.EOPNOTSUPP, errno.EINVAL, errno.EISDIR, errno.ENOENT})
+
+
+def _write_unnamed(target: Path, content: bytes, mode: int | None) -> bool:
+    """Write into an unnamed file (O_TMPFILE) and give it a name only once it is
+    complete: a crash while writing (kill -9 of the server) leaves nothing behind
+    in the workspace, where a named temporary file would stay half-written. The
+    name exists for the instant between link and rename. False when the OS or
+    file system cannot do this; nothing was written then."""
+    flag = getattr(os, "O_TMPFILE", None)
+    if flag is None:
+        return False
+    dir_fd = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        try:
+            fd = os.open(".", flag | os.O_WRONLY | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+        except OSError as exc:
+            if exc.errno in _NO_TMPFILE:
+                return False
+            raise
+        try:
+            with os.fdopen(fd, "wb", closefd=False) as fh:
+                fh.write(content)
+                fh.flush()
+                os.fsync(fh.fileno())
+            if mode is not None:
+                os.fchmod(fd, mode)
+            tmp = str(target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp")
+            try:
+                # A dir fd makes os.link use linkat(AT_SYMLINK_FOLLOW), which links
+                # the file /proc/self/fd/N stands for (plain link() would not).
+                os.link(f"/proc/self/fd/{fd}", tmp, dst_dir_fd=dir_fd)
+            except FileNotFoundError:
+                return False  # no /proc to name the file by
+            try:
+                os.replace(tmp, target)
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+                raise
+        finally:
+            os.close(fd)
+    finally:
+        os.close(dir_fd)
+    return True
+
+
+def _write_named(target: Path, content: bytes, mode: int | None) -> None:
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:

@@ -17,6 +17,7 @@ from server.auth import TokenRegistry
 from server.config import Config
 from server.errors import ApiError, error_body
 from server.middleware import AuthMiddleware, BodyLimit, too_large_body
+from server.responses import AsciiJSONResponse
 from server.routes import sessions, streams, system, turns
 from server.runtime import Runtime
 from server.turns import TurnRunner
@@ -60,6 +61,8 @@ def create_app(
         description="Async multi-client agent server: sessions, turns, confirmations, events.",
         lifespan=lifespan,
         redoc_url=None,
+        # Not the default renderer: it fails on lone surrogates (see server.responses).
+        default_response_class=AsciiJSONResponse,
     )
     app.state.runtime = runtime
     for router in (sessions.router, turns.router, streams.router, system.router):
@@ -80,17 +83,17 @@ def _install_error_handlers(app: FastAPI, max_body_bytes: int) -> None:
     async def api_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, ApiError)
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-        return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
+        return AsciiJSONResponse(exc.body(), status_code=exc.status, headers=headers)
 
     async def validation_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
-        return JSONResponse(describe_validation(exc.errors()), status_code=422)
+        return AsciiJSONResponse(describe_validation(exc.errors()), status_code=422)
 
     async def http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
         status = exc.status_code
         if status == 413:
-            return JSONResponse(too_large_body(max_body_bytes), status_code=413)
+            return AsciiJSONResponse(too_large_body(max_body_bytes), status_code=413)
         if status == 404:
             body = error_body("not_found", f"no route for {request.method} {request.url.path}")
         elif status == 405:
@@ -99,12 +102,12 @@ def _install_error_handlers(app: FastAPI, max_body_bytes: int) -> None:
             )
         else:
             body = error_body("http_error", str(exc.detail))
-        return JSONResponse(body, status_code=status, headers=exc.headers)
+        return AsciiJSONResponse(body, status_code=status, headers=exc.headers)
 
     async def internal_error(request: Request, exc: Exception) -> JSONResponse:
         log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
         body = error_body("internal_error", "internal server error; details are in the server log")
-        return JSONResponse(body, status_code=500)
+        return AsciiJSONResponse(body, status_code=500)
 
     app.add_exception_handler(ApiError, api_error)
     app.add_exception_handler(RequestValidationError, validation_error)

@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from fastapi import APIRouter
-from fastapi.responses import FileResponse, JSONResponse, RedirectResponse
+from fastapi.responses import FileResponse, RedirectResponse
 
 import clients
 from server.errors import NotFound
+from server.responses import AsciiJSONResponse
 from server.routes.deps import RuntimeDep
 
 router = APIRouter(tags=["system"])
@@ -18,10 +19,10 @@ DASHBOARD_DIR = Path(clients.__file__).resolve().parent / "dashboard" / "static"
 
 
 @router.get("/healthz", responses={503: {"description": "Shutting down"}})
-async def healthz(runtime: RuntimeDep) -> JSONResponse:
+async def healthz(runtime: RuntimeDep) -> AsciiJSONResponse:
     """Liveness: 200 while the server accepts work, 503 while it shuts down."""
     health = runtime.health()
-    return JSONResponse(health, status_code=200 if health["status"] == "ok" else 503)
+    return AsciiJSONResponse(health, status_code=200 if health["status"] == "ok" else 503)
 
 
 @router.get("/", include_in_schema=False)

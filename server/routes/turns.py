@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter
-from fastapi.responses import JSONResponse
 
 from dispatcher import UnknownConfirmation
 from server.errors import Conflict, NotFound
+from server.responses import AsciiJSONResponse
 from server.routes.deps import PrincipalDep, RuntimeDep
 from server.schemas import AnswerConfirmation, CreateTurn
 
@@ -51,13 +51,13 @@ async def get_turn(
 )
 async def cancel_turn(
     session_id: str, turn_id: str, runtime: RuntimeDep, principal: PrincipalDep
-) -> JSONResponse:
+) -> AsciiJSONResponse:
     """Cancel the turn's tools and pending confirmations. 200 once the turn has
     ended (status ``cancelled``), 202 if it is still winding down."""
     sessions = runtime.sessions
     record = sessions.get(principal, session_id)
     turn, ended = await sessions.cancel_turn(principal, record, turn_id)
-    return JSONResponse(sessions.turn_json(turn), status_code=200 if ended else 202)
+    return AsciiJSONResponse(sessions.turn_json(turn), status_code=200 if ended else 202)
 
 
 @router.get("/sessions/{session_id}/confirmations")

@@ -61,6 +61,8 @@ class WriteManyTool:
                 "count": {"type": "integer", "minimum": 1, "maximum": 100_000},
                 "size": {"type": "integer", "minimum": 1, "maximum": 16_000_000},
                 "generation": {"type": "integer", "minimum": 0},
+                # Seconds to wait after each file, so a test can act mid-burst.
+                "pause": {"type": "number", "minimum": 0, "maximum": 5},
             },
             "required": ["dir", "count", "size", "generation"],
             "additionalProperties": False,
@@ -78,6 +80,8 @@ class WriteManyTool:
             # Off the loop: a large write must not stall the event stream.
             await asyncio.to_thread(files.write, f"{folder}/{name}", content)
             context.emit_output("stdout", f"wrote {name}\n")
+            if pause := float(input.get("pause", 0)):
+                await asyncio.sleep(pause)
         return ToolOutput.text(f"wrote {input['count']} files")
 
     async def cancel(self) -> bool:

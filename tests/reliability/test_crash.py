@@ -83,7 +83,18 @@ async def test_kill_9_during_a_burst_of_writes(
             asyncio.create_task(_collect(s, into))
             for s, into in zip([*streams[1:], watcher], received[1:], strict=True)
         ]
-        gen1 = use("g1", "rl_write_many", dir="out", count=FILES, size=FILE_BYTES, generation=1)
+        # Paced: the kill comes once 20 files are reported written, and events reach
+        # clients only after the log commit; without a pause a loaded machine could
+        # finish all 60 files before the kill lands (40 x 50 ms leaves 2 s of margin).
+        gen1 = use(
+            "g1",
+            "rl_write_many",
+            dir="out",
+            count=FILES,
+            size=FILE_BYTES,
+            generation=1,
+            pause=0.05,
+        )
         write_turn = await start_turn(http, writer, gen1)
         # Far more than it can publish before the kill: the burst is still going then.
         flood = use("fl", "rl_flood", count=2_000_000, size=20)

@@ -65,36 +65,11 @@ def _scrubbed_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(_SCRUBBED_PREFIXES)}
 
 
-class ServerProcess:
-    """The real ``toolrelay serve`` in a subprocess. See the module docstring."""
+class _ServerAddress:
+    """Addresses and credentials shared by both kinds of test server."""
 
-    def __init__(
-        self,
-        root: Path,
-        *,
-        config: Mapping[str, Any] | None = None,
-        env: Mapping[str, str] | None = None,
-        token: str | None = None,
-        extra_args: tuple[str, ...] = (),
-        port: int = 0,
-    ) -> None:
-        self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.data_dir = self.root / "data"
-        self.token = token or "test-admin-" + secrets.token_urlsafe(24)
-        self.config_path: Path | None = None
-        if config is not None:
-            self.config_path = self.root / "config.yaml"
-            self.config_path.write_text(yaml.safe_dump(dict(config)), encoding="utf-8")
-        self.extra_env = dict(env or {})
-        self.extra_args = extra_args
-        self.port = port
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.starts = 0
-        self.stdout_path = self.root / "stdout-0.log"
-        self.stderr_path = self.root / "stderr-0.log"
-
-    # -- addresses and credentials ------------------------------------------
+    port: int
+    token: str
 
     @property
     def base_url(self) -> str:
@@ -127,6 +102,36 @@ class ServerProcess:
         return httpx2.AsyncClient(
             base_url=self.base_url, headers=self.headers(client_name, token), **kwargs
         )
+
+
+class ServerProcess(_ServerAddress):
+    """The real ``toolrelay serve`` in a subprocess. See the module docstring."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        config: Mapping[str, Any] | None = None,
+        env: Mapping[str, str] | None = None,
+        token: str | None = None,
+        extra_args: tuple[str, ...] = (),
+        port: int = 0,
+    ) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.data_dir = self.root / "data"
+        self.token = token or "test-admin-" + secrets.token_urlsafe(24)
+        self.config_path: Path | None = None
+        if config is not None:
+            self.config_path = self.root / "config.yaml"
+            self.config_path.write_text(yaml.safe_dump(dict(config)), encoding="utf-8")
+        self.extra_env = dict(env or {})
+        self.extra_args = extra_args
+        self.port = port
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+        self.stdout_path = self.root / "stdout-0.log"
+        self.stderr_path = self.root / "stderr-0.log"
 
     @property
     def pid(self) -> int:
@@ -289,7 +294,7 @@ def _read(path: Path) -> str:
         return ""
 
 
-class InProcessServer:
+class InProcessServer(_ServerAddress):
     """The same app under uvicorn in a background thread (its own event loop).
 
     Faster to start than a subprocess; it shares this process, so it cannot be
@@ -317,31 +322,6 @@ class InProcessServer:
         self.port = 0
         self._thread: threading.Thread | None = None
         self._server: Any = None
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def ws_url(self, path: str, *, token: bool = True, **query: Any) -> str:
-        params = {k: v for k, v in query.items() if v is not None}
-        if token:
-            params["token"] = self.token
-        qs = f"?{urlencode(params)}" if params else ""
-        return f"ws://127.0.0.1:{self.port}{path}{qs}"
-
-    def headers(self, client_name: str | None = None, token: str | None = None) -> dict[str, str]:
-        headers = {"Authorization": f"Bearer {token or self.token}"}
-        if client_name:
-            headers["X-Client-Name"] = client_name
-        return headers
-
-    def client(
-        self, client_name: str | None = None, token: str | None = None, **kwargs: Any
-    ) -> httpx2.AsyncClient:
-        kwargs.setdefault("timeout", 10.0)
-        return httpx2.AsyncClient(
-            base_url=self.base_url, headers=self.headers(client_name, token), **kwargs
-        )
 
     def start(self, timeout: float = START_TIMEOUT) -> InProcessServer:
         import uvicorn

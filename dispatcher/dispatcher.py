@@ -348,6 +348,7 @@ class ToolDispatcher:
             logger=self._loggers[entry.name],
             options=session.tool_options.get(entry.name, _EMPTY),
             emit_output=partial(self._emit_output, session.session_id, turn_id, tool_use.id),
+            sandbox=session.sandbox,
         )
         call.tool, call.context = tool, context
         try:

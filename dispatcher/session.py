@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from dispatcher.policy import ConfirmationPolicy, RulePolicy
+from dispatcher.sandbox import Sandbox
 from dispatcher.workspace import WorkspaceFileAPI
 
 DEFAULT_CONCURRENCY = 4
@@ -28,6 +29,9 @@ class DispatchSession:
     hidden_groups: frozenset[str] = frozenset()
     # Per-tool options handed to each call's ToolContext.options.
     tool_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # The sandbox every process of this session runs in; None when it is off
+    # (then no execute-class call runs without a confirmation, yolo aside).
+    sandbox: Sandbox | None = None
     # tool name -> remembered answer (scope "session", or a prompt_once answer).
     remembered: dict[str, Literal["allow", "deny"]] = field(default_factory=dict)
     semaphore: asyncio.Semaphore = field(init=False)

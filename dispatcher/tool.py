@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from adapters.canonical import ImageBlock, TextBlock, ToolDefinition
 
 if TYPE_CHECKING:
+    from dispatcher.sandbox import Sandbox
     from dispatcher.workspace import WorkspaceFileAPI
 
 
@@ -71,6 +72,9 @@ class ToolContext:
     options: Mapping[str, Any] = field(default_factory=dict)
     # Streams partial output as ``tool.output_delta`` events.
     emit_output: OutputSink = _discard_output
+    # The session's sandbox: every process a tool starts goes through
+    # ``sandbox.command(argv)``. None when the sandbox is off.
+    sandbox: Sandbox | None = None
 
 
 @dataclass(slots=True)

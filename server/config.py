@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from dispatcher.policy import PolicyConfig
 
@@ -148,10 +156,18 @@ class Config(_Section):
     plugins: PluginsSection = Field(default_factory=PluginsSection)
     events: EventsSection = Field(default_factory=EventsSection)
     model: ModelSection = Field(default_factory=ModelSection)
+    # Absolute paths of the files this configuration was read from: secrets
+    # live there (tokens), so no workspace may contain them and no sandbox
+    # may see them. Set by load_config.
+    _source_files: tuple[str, ...] = PrivateAttr(default=())
 
     @property
     def data_dir(self) -> Path:
         return Path(self.server.data_dir).expanduser().resolve()
+
+    @property
+    def source_files(self) -> tuple[str, ...]:
+        return self._source_files
 
 
 # TOOLRELAY_* variable -> dotted key it sets. TOOLRELAY_TOKEN is handled apart:
@@ -198,9 +214,12 @@ def load_config(
         raw, index = _with_env_token(raw, token)
         origins[f"auth.tokens.{index}.token"] = ENV_TOKEN
     try:
-        return Config.model_validate(raw)
+        config = Config.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(_describe(exc, source, origins)) from None
+    if path is not None:
+        config._source_files = (os.path.realpath(os.path.expanduser(os.fspath(path))),)
+    return config
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:

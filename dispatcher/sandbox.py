@@ -1,0 +1,175 @@
+"""The one sandbox every process started on a workspace's behalf runs in.
+
+The shell, ripgrep/grep, git, GNU patch, the regex search worker, hooks and
+stdio MCP servers all start through ``Sandbox.command``; no tool builds its
+own ``bwrap`` line. Inside, a process sees:
+
+- the host file system read-only (``--ro-bind / /``), with only the
+  workspace (and, when a caller asks, a scratch folder it owns) writable;
+- fresh, empty ``/tmp``, ``/run`` (hence ``/var/run``) and ``/dev/shm``: no
+  host unix socket (docker, dbus, ssh-agent, redis) can be reached there,
+  and abstract sockets belong to the host's network namespace, which the
+  sandbox leaves (``--unshare-net``) unless a caller asks for network;
+- nothing of the ``hidden`` paths: the server's data dir (token file,
+  databases), every config file the server read, token files and credential
+  folders. A folder is covered by an empty tmpfs, a file by ``/dev/null``;
+- its own PID namespace (no other process, the server's environment
+  included, is visible in ``/proc``), no capabilities (``--cap-drop ALL``:
+  root with CAP_SYS_ADMIN could remount ``/`` read-write), and
+  ``--die-with-parent``: a ``kill -9`` of the server ends every sandboxed
+  process.
+
+Why hand-written: bubblewrap is the maintained engine; this module only
+decides its argument list, which is our security policy.
+
+The order of mounts matters: fresh and hidden paths are mounted first, the
+workspace last, so a workspace under ``/tmp`` stays visible. Session creation
+refuses a workspace that contains, or lies inside, a hidden path, so a hidden
+path can never be re-exposed by the workspace bind.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+log = logging.getLogger("toolrelay.sandbox")
+
+# Mounted empty in every sandbox: where host unix sockets and shared scratch live.
+FRESH_DIRS = ("/tmp", "/run", "/dev/shm")
+PROBE_TIMEOUT = 10.0
+
+
+class SandboxUnavailable(Exception):
+    """The sandbox is required but cannot run here; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxConfig:
+    """Server-wide facts every session's sandbox shares: the ``bwrap`` binary
+    (already probed) and the absolute, resolved paths that must stay invisible."""
+
+    bwrap: str
+    hidden: tuple[str, ...] = ()
+
+
+class Sandbox:
+    """One workspace's sandbox: turns an argv into the argv that runs it inside."""
+
+    def __init__(self, config: SandboxConfig, workspace_root: str) -> None:
+        self.config = config
+        self.workspace_root = os.path.realpath(workspace_root)
+        self._masks = tuple(_mask_arguments(config.hidden, self.workspace_root))
+
+    def command(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str | None = None,
+        network: bool = False,
+        writable_workspace: bool = True,
+        extra_writable: Iterable[str] = (),
+        extra_readable: Iterable[str] = (),
+    ) -> list[str]:
+        """The argv that runs ``argv`` in the sandbox with ``cwd`` (default: the
+        workspace root) as its working directory.
+
+        ``network``: keep the host's network (only for tools whose config says
+        so: a network-declared MCP server). ``writable_workspace=False`` binds
+        the workspace read-only (git's read subcommands, searches).
+        ``extra_writable``: folders outside the workspace the process may
+        write (a scratch tree the caller created and owns).
+        ``extra_readable``: paths made visible again after the fresh mounts
+        (a file the caller placed under ``/tmp`` for the process to read).
+        """
+        ws = self.workspace_root
+        args = [
+            self.config.bwrap,
+            "--die-with-parent",
+            "--new-session",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--cap-drop",
+            "ALL",
+            "--ro-bind",
+            "/",
+            "/",
+            "--dev",
+            "/dev",
+            "--proc",
+            "/proc",
+        ]
+        if not network:
+            args.append("--unshare-net")
+        for path in FRESH_DIRS:
+            args += ["--tmpfs", path]
+        args += self._masks
+        for path in extra_readable:
+            real = os.path.realpath(path)
+            args += ["--ro-bind", real, real]
+        args += ["--bind" if writable_workspace else "--ro-bind", ws, ws]
+        for path in extra_writable:
+            real = os.path.realpath(path)
+            args += ["--bind", real, real]
+        args += ["--chdir", cwd or ws, "--", *argv]
+        return args
+
+
+def _mask_arguments(hidden: Iterable[str], workspace_root: str) -> list[str]:
+    """bwrap arguments covering each existing hidden path. A hidden path that
+    is, contains or lies inside the workspace cannot be hidden without hiding
+    (or re-exposing) the workspace: session creation refuses such
+    workspaces, so meeting one here is a bug and fails loudly."""
+    args: list[str] = []
+    ws_prefix = workspace_root.rstrip(os.sep) + os.sep
+    for raw in hidden:
+        path = os.path.realpath(os.path.expanduser(raw))
+        prefix = path.rstrip(os.sep) + os.sep
+        if path == workspace_root or ws_prefix.startswith(prefix) or path.startswith(ws_prefix):
+            raise SandboxUnavailable(
+                f"the workspace {workspace_root} overlaps the hidden path {path}; "
+                "refusing to start a sandbox that would expose it"
+            )
+        if os.path.isdir(path):
+            args += ["--tmpfs", path]
+        elif os.path.lexists(path):
+            args += ["--ro-bind", "/dev/null", path]
+    return args
+
+
+def probe(bwrap: str | None = None) -> tuple[str | None, str]:
+    """Run the sandbox once (``true`` inside it). Returns (path of bwrap, "")
+    when it works, or (None, the reason) when it does not. Blocking: call it
+    at start-up, off the event loop."""
+    exe = bwrap or shutil.which("bwrap")
+    if exe is None:
+        return None, "bubblewrap (bwrap) is not installed"
+    scratch = os.path.realpath(os.getcwd())
+    argv = Sandbox(SandboxConfig(exe), scratch).command(
+        ["/bin/sh", "-c", "true"], writable_workspace=False
+    )
+    try:
+        done = subprocess.run(
+            argv, capture_output=True, timeout=PROBE_TIMEOUT, stdin=subprocess.DEVNULL, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"bwrap could not run: {exc}"
+    if done.returncode != 0:
+        reason = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        return None, f"bwrap failed: {reason[-1] if reason else f'exit {done.returncode}'}"
+    return exe, ""
+
+
+def hidden_paths(*groups: Iterable[str]) -> tuple[str, ...]:
+    """Absolute, resolved, de-duplicated paths from several lists (``~`` expanded)."""
+    seen: dict[str, None] = {}
+    for group in groups:
+        for raw in group:
+            seen.setdefault(os.path.realpath(os.path.expanduser(raw)), None)
+    return tuple(seen)

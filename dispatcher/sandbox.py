@@ -36,11 +36,24 @@ import shutil
 import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 log = logging.getLogger("toolrelay.sandbox")
 
 # Mounted empty in every sandbox: where host unix sockets and shared scratch live.
 FRESH_DIRS = ("/tmp", "/run", "/dev/shm")
+# The "system" view: just enough of the host to run installed programs.
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+SYSTEM_ETC = (
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/alternatives",
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/nsswitch.conf",
+    "/etc/localtime",
+)
 PROBE_TIMEOUT = 10.0
 
 
@@ -74,6 +87,7 @@ class Sandbox:
         writable_workspace: bool = True,
         extra_writable: Iterable[str] = (),
         extra_readable: Iterable[str] = (),
+        host_view: Literal["full", "system"] = "full",
     ) -> list[str]:
         """The argv that runs ``argv`` in the sandbox with ``cwd`` (default: the
         workspace root) as its working directory.
@@ -85,8 +99,15 @@ class Sandbox:
         write (a scratch tree the caller created and owns).
         ``extra_readable``: paths made visible again after the fresh mounts
         (a file the caller placed under ``/tmp`` for the process to read).
+        ``host_view``: ``"full"`` shows the host read-only (minus the hidden
+        paths): what a shell command expects. ``"system"`` shows only the
+        installed programs and libraries (``/usr``, ``/lib*``, a few ``/etc``
+        files) plus the workspace: for programs we start ourselves (ripgrep,
+        grep, git, patch, the regex worker), so that even a symlink swapped
+        in under their feet leads nowhere outside the workspace.
         """
         ws = self.workspace_root
+        root_view = ["--ro-bind", "/", "/"] if host_view == "full" else _system_view()
         args = [
             self.config.bwrap,
             "--die-with-parent",
@@ -97,9 +118,7 @@ class Sandbox:
             "--unshare-cgroup-try",
             "--cap-drop",
             "ALL",
-            "--ro-bind",
-            "/",
-            "/",
+            *root_view,
             "--dev",
             "/dev",
             "--proc",
@@ -119,6 +138,21 @@ class Sandbox:
             args += ["--bind", real, real]
         args += ["--chdir", cwd or ws, "--", *argv]
         return args
+
+
+def _system_view() -> list[str]:
+    """bwrap arguments for the "system" view: programs and libraries only.
+    Merged-/usr systems have /bin, /lib... as symlinks into /usr: recreate them."""
+    args: list[str] = []
+    for path in SYSTEM_DIRS:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    for path in SYSTEM_ETC:
+        if os.path.exists(path):
+            args += ["--ro-bind", path, path]
+    return args
 
 
 def _mask_arguments(hidden: Iterable[str], workspace_root: str) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
@@ -10,6 +11,8 @@ from typing import Any
 
 import anthropic
 import httpx2
+from anthropic._models import construct_type
+from anthropic.types import RawMessageStreamEvent
 
 from adapters.anthropic_wire import build_request
 from adapters.base import (
@@ -23,6 +26,7 @@ from adapters.base import (
     Usage,
 )
 from adapters.canonical import ContentBlock, Message, TextBlock, ToolUseBlock
+from adapters.clients import ProviderClients
 from adapters.errors import (
     ProviderAuthError,
     ProviderBadRequestError,
@@ -39,6 +43,9 @@ from adapters.tool_args import parse_tool_arguments
 PROVIDER = "anthropic"
 
 logger = logging.getLogger(__name__)
+
+# Stream events parsed between two yields to the event loop.
+YIELD_EVERY_EVENTS = 8
 
 _STOP_REASONS: dict[str, StopReason] = {
     "end_turn": "end_turn",
@@ -78,18 +85,55 @@ class AnthropicAdapter:
         self.retry = retry or RetryPolicy()
         self._sleep = sleep
         self._warned_sampling = False
-        self._client = anthropic.AsyncAnthropic(
-            api_key=api_key,
-            auth_token=auth_token,
-            base_url=base_url,
-            timeout=httpx2.Timeout(timeout, connect=min(timeout, 10.0)),
+        self._api_key = api_key
+        self._auth_token = auth_token
+        self._base_url = base_url
+        self._timeout = timeout
+        self._http_client = http_client
+        # Built on first use (in a worker thread: it costs 25-100 ms, mostly the
+        # SSL context), or taken from a ProviderClients pool that outlives turns.
+        self._client: anthropic.AsyncAnthropic | None = None
+        self._owns_client = True
+        if http_client is not None:
+            # The caller's HTTP client already holds the SSL context: cheap.
+            self._client = self._build_client()
+
+    def _build_client(self) -> anthropic.AsyncAnthropic:
+        _prime_event_parsing()
+        return anthropic.AsyncAnthropic(
+            api_key=self._api_key,
+            auth_token=self._auth_token,
+            base_url=self._base_url,
+            timeout=httpx2.Timeout(self._timeout, connect=min(self._timeout, 10.0)),
             max_retries=0,
-            http_client=http_client,
+            http_client=self._http_client,
         )
 
+    @property
+    def client(self) -> anthropic.AsyncAnthropic | None:
+        """The SDK client in use (None until the first call or ``use_clients``)."""
+        return self._client
+
+    async def use_clients(self, clients: ProviderClients) -> None:
+        """Take the SDK client for this endpoint and credentials from ``clients``
+        (built there once, off the event loop); the pool closes it, not us."""
+        if self._client is not None:
+            return
+        key = (PROVIDER, self._base_url, self._api_key, self._auth_token, self._timeout)
+        self._client = await clients.get(key, self._build_client)
+        self._owns_client = False
+
+    async def _sdk(self) -> anthropic.AsyncAnthropic:
+        if self._client is None:
+            self._client = await asyncio.to_thread(self._build_client)
+        return self._client
+
     async def aclose(self) -> None:
-        """Close the SDK client's connection pool."""
-        await self._client.close()
+        """Close the SDK client's connection pool, if this adapter owns it (a
+        client from a pool stays open: the pool closes it at shutdown)."""
+        if self._client is not None and self._owns_client:
+            client, self._client = self._client, None
+            await client.close()
 
     async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
         """Stream one reply; see :class:`adapters.base.ModelAdapter`."""
@@ -110,27 +154,76 @@ class AnthropicAdapter:
 
     async def _attempt(self, body: dict[str, Any]) -> AsyncGenerator[StreamEvent, None]:
         try:
-            sdk_stream = await self._client.messages.create(**body, stream=True)
+            client = await self._sdk()
+            sdk_stream = await client.messages.create(**body, stream=True)
         except Exception as exc:
             raise classify_error(exc, mid_stream=False) from exc
         async with sdk_stream:
             assembler = _ReplyAssembler()
             iterator = sdk_stream.__aiter__()
-            while True:
+            for count in itertools.count(1):
+                if count % YIELD_EVERY_EVENTS == 0:
+                    # One network read can hold a whole reply; the SDK parses its
+                    # events without giving the loop back. Let other sessions'
+                    # callbacks run between slices.
+                    await asyncio.sleep(0)
                 try:
                     raw = await anext(iterator)
                 except StopAsyncIteration:
                     break
                 except Exception as exc:
+                    if assembler.completed is not None:
+                        break  # the message is whole; only the response's tail failed
                     raise classify_error(exc, mid_stream=True) from exc
+                if assembler.completed is not None:
+                    continue  # nothing follows message_stop but the end of the body
                 for event in assembler.feed(raw):
                     yield event
-                if assembler.completed is not None:
-                    yield assembler.completed
-                    return
+            if assembler.completed is not None:
+                # Read to the end of the body first: a response closed before its
+                # end takes its connection down with it, and the next call (the
+                # next step, the next turn) would have to open a new one.
+                yield assembler.completed
+                return
         raise StreamInterruptedError(
             "the stream ended before message_stop", provider=PROVIDER, retryable=True
         )
+
+
+_primed = False
+
+
+def _prime_event_parsing() -> None:
+    """Parse one stream event of each kind once, in the worker thread that builds
+    the client: the SDK's first parse fills its type caches (about 8 ms here),
+    which would otherwise happen on the event loop in the first turn."""
+    global _primed
+    if _primed:
+        return
+    usage = {"input_tokens": 1, "output_tokens": 1}
+    message = {"id": "m", "type": "message", "role": "assistant", "model": "m", "content": []}
+    for sample in (
+        {"type": "message_start", "message": {**message, "stop_reason": None, "usage": usage}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {
+            "type": "content_block_start",
+            "index": 1,
+            "content_block": {"type": "tool_use", "id": "t", "name": "n", "input": {}},
+        },
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "x"}},
+        {
+            "type": "content_block_delta",
+            "index": 1,
+            "delta": {"type": "input_json_delta", "partial_json": "{}"},
+        },
+        {"type": "content_block_stop", "index": 0},
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": usage},
+        {"type": "message_stop"},
+        # Not in the union: the SDK's fallback for it is the slowest first parse (~23 ms).
+        {"type": "ping"},
+    ):
+        construct_type(type_=RawMessageStreamEvent, value=sample)
+    _primed = True
 
 
 class _ReplyAssembler:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import secrets
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
@@ -11,6 +12,9 @@ from typing import Any
 
 import httpx2
 import openai
+from openai._models import construct_type
+from openai._types import RequestOptions
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from adapters.base import (
     MessageCompleted,
@@ -23,6 +27,7 @@ from adapters.base import (
     Usage,
 )
 from adapters.canonical import ContentBlock, Message, TextBlock, ToolUseBlock
+from adapters.clients import ProviderClients
 from adapters.errors import (
     ProviderBadRequestError,
     ProviderConnectionError,
@@ -44,6 +49,10 @@ _FINISH_REASONS: dict[str, StopReason] = {
 }
 
 UNNAMED_TOOL = "unnamed_tool"
+# Chunks parsed between two yields to the event loop (about 0.5 ms of parsing).
+YIELD_EVERY_CHUNKS = 8
+# What create() passes to the SDK's post: authenticate with the bearer key.
+_STREAM_OPTIONS: RequestOptions = {"security": {"bearer_auth": True}}
 
 
 class OpenAIAdapter:
@@ -79,17 +88,53 @@ class OpenAIAdapter:
         self._max_tokens_field = max_tokens_field or (
             "max_completion_tokens" if provider == "openai" else "max_tokens"
         )
-        self._client = openai.AsyncOpenAI(
-            api_key=api_key,
-            base_url=base_url,
-            timeout=httpx2.Timeout(timeout, connect=min(timeout, 10.0)),
+        self._api_key = api_key
+        self._base_url = base_url
+        self._timeout = timeout
+        self._http_client = http_client
+        # Built on first use (in a worker thread: it costs 25-100 ms, mostly the
+        # SSL context), or taken from a ProviderClients pool that outlives turns.
+        self._client: openai.AsyncOpenAI | None = None
+        self._owns_client = True
+        if http_client is not None:
+            # The caller's HTTP client already holds the SSL context: cheap.
+            self._client = self._build_client()
+
+    def _build_client(self) -> openai.AsyncOpenAI:
+        _prime_chunk_parsing()
+        return openai.AsyncOpenAI(
+            api_key=self._api_key,
+            base_url=self._base_url,
+            timeout=httpx2.Timeout(self._timeout, connect=min(self._timeout, 10.0)),
             max_retries=0,
-            http_client=http_client,
+            http_client=self._http_client,
         )
 
+    @property
+    def client(self) -> openai.AsyncOpenAI | None:
+        """The SDK client in use (None until the first call or ``use_clients``)."""
+        return self._client
+
+    async def use_clients(self, clients: ProviderClients) -> None:
+        """Take the SDK client for this provider, endpoint and key from ``clients``
+        (built there once, off the event loop); the pool closes it, not us."""
+        if self._client is not None:
+            return
+        key = ("openai", self.provider, self._base_url, self._api_key, self._timeout)
+        self._client = await clients.get(key, self._build_client)
+        self._owns_client = False
+
+    async def _sdk(self) -> openai.AsyncOpenAI:
+        if self._client is None:
+            self._client = await asyncio.to_thread(self._build_client)
+        return self._client
+
     async def aclose(self) -> None:
-        """Close the SDK client's connection pool."""
-        await self._client.close()
+        """Close the SDK client's connection pool, if this adapter owns it (a
+        client from a pool stays open: the pool closes it at shutdown)."""
+        if self._client is not None and self._owns_client:
+            client, self._client = self._client, None
+            await client.close()
 
     async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
         """Stream one reply; see :class:`adapters.base.ModelAdapter`."""
@@ -107,13 +152,26 @@ class OpenAIAdapter:
 
     async def _attempt(self, body: dict[str, Any]) -> AsyncGenerator[StreamEvent, None]:
         try:
-            sdk_stream = await self._client.chat.completions.create(**body, stream=True)
+            client = await self._sdk()
+            # The SDK's own post, not chat.completions.create(): create() first walks
+            # the whole request (every message, every tool schema) through its
+            # TypedDict transform, 4-15 ms of CPU on the event loop per call here,
+            # which returns our body unchanged: build_request already makes plain
+            # JSON. Sending, auth, errors and stream parsing are the SDK's as before.
+            sdk_stream = await client.post(
+                "/chat/completions",
+                body={**body, "stream": True},
+                options=_STREAM_OPTIONS,
+                cast_to=ChatCompletion,
+                stream=True,
+                stream_cls=openai.AsyncStream[ChatCompletionChunk],
+            )
         except Exception as exc:
             raise classify_error(exc, mid_stream=False, provider=self.provider) from exc
         assembler = _ReplyAssembler(self.provider)
         async with sdk_stream:
             iterator = sdk_stream.__aiter__()
-            while True:
+            for count in itertools.count(1):
                 try:
                     chunk = await anext(iterator)
                 except StopAsyncIteration:
@@ -122,11 +180,37 @@ class OpenAIAdapter:
                     raise classify_error(exc, mid_stream=True, provider=self.provider) from exc
                 for event in assembler.feed(chunk):
                     yield event
+                if count % YIELD_EVERY_CHUNKS == 0:
+                    # One network read can hold a whole reply; the SDK parses its
+                    # chunks (~70 us each) without giving the loop back. Let other
+                    # sessions' callbacks run between slices.
+                    await asyncio.sleep(0)
         if assembler.finish_reason is None:
             raise StreamInterruptedError(
                 "the stream ended without a finish_reason", provider=self.provider
             )
         yield assembler.completed()
+
+
+_primed = False
+
+
+def _prime_chunk_parsing() -> None:
+    """Parse one chunk of each shape once, in the worker thread that builds the
+    client: the SDK's first parse of a chunk type fills its type caches (about
+    15 ms here), which would otherwise happen on the event loop in the first turn."""
+    global _primed
+    if _primed:
+        return
+    call = {"index": 0, "id": "c", "type": "function", "function": {"name": "n", "arguments": "{}"}}
+    delta = {"role": "assistant", "content": "x", "refusal": None, "tool_calls": [call]}
+    head = {"id": "p", "object": "chat.completion.chunk", "created": 0, "model": "m"}
+    for sample in (
+        {"choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+        {"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}},
+    ):
+        construct_type(type_=ChatCompletionChunk, value={**head, **sample})
+    _primed = True
 
 
 @dataclass

@@ -13,11 +13,17 @@ Model strings:
 
 Variables are read from ``env`` (default: the process environment) and passed
 to the SDKs explicitly, so a given ``env`` is the whole truth.
+
+The server removes provider keys from its own environment at start-up (no
+child process may inherit them); it hands them to :func:`keep_provider_keys`
+first, and "the process environment" here means the environment as it was,
+keys included.
 """
 
 from __future__ import annotations
 
 import os
+from collections import ChainMap
 from collections.abc import Mapping
 
 import httpx2
@@ -35,6 +41,34 @@ OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
 # Local servers ignore the key but the SDK insists on a non-empty one.
 COMPATIBLE_PLACEHOLDER_KEY = "not-needed"
 
+# Variables the adapters read that hold secrets.
+SECRET_ENV_VARS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "OPENAI_API_KEY")
+_kept_keys: dict[str, str] = {}
+
+
+def is_secret_env_var(name: str) -> bool:
+    """Whether an environment variable holds a provider secret: the ones the
+    adapters read, and any other ``*_API_KEY`` (some SDK or tool's)."""
+    return name in SECRET_ENV_VARS or name.endswith("_API_KEY")
+
+
+def keep_provider_keys(values: Mapping[str, str]) -> None:
+    """Remember the provider keys among ``values`` (read from the environment
+    before it was scrubbed) for adapters built later."""
+    _kept_keys.update({k: v for k, v in values.items() if k in SECRET_ENV_VARS and v})
+
+
+def process_environment() -> Mapping[str, str]:
+    """The process environment with the kept provider keys (a live view)."""
+    return ChainMap(os.environ, _kept_keys)
+
+
+def _environment(env: Mapping[str, str] | None) -> Mapping[str, str]:
+    # ``os.environ`` itself (what callers pass to mean "the process's") gets the
+    # kept keys too: once scrubbed it no longer holds them.
+    return process_environment() if env is None or env is os.environ else env
+
+
 _FORMS = (
     "'anthropic/<model>', 'openai/<model>', 'openai-compatible/<model>', "
     "'scripted' or 'scripted:<script path>'"
@@ -43,7 +77,7 @@ _FORMS = (
 
 def default_model(env: Mapping[str, str] | None = None) -> str:
     """TOOLRELAY_MODEL if set, else Anthropic or OpenAI when their key is set, else scripted."""
-    env = os.environ if env is None else env
+    env = _environment(env)
     chosen = env.get("TOOLRELAY_MODEL", "").strip()
     if chosen:
         return chosen
@@ -86,11 +120,13 @@ def create_adapter(
     ``delta_delay`` only affects the scripted model (pacing of its deltas).
     Raises AdapterConfigError naming the model string and what is missing.
     """
-    env = os.environ if env is None else env
+    env = _environment(env)
     provider, name = parse_model(model)
     if provider == "scripted":
         if name:
-            return ScriptedAdapter.from_file(name, delta_delay=delta_delay)
+            # Read when it first streams, in a worker thread: this factory runs
+            # on the server's event loop, and the file may be a client's choice.
+            return ScriptedAdapter.deferred(name, delta_delay=delta_delay)
         return ScriptedAdapter(delta_delay=delta_delay)
     if provider == "anthropic":
         from adapters.anthropic_adapter import AnthropicAdapter

@@ -63,6 +63,8 @@ class ScriptedAdapter:
             raise ValueError(f"delta_delay must be >= 0, got {delta_delay}")
         self.name = name
         self.script = list(script) if script is not None else None
+        # A script still to read (see deferred()): loaded by the first stream().
+        self._pending_path: str | None = None
         self._words_per_delta = words_per_delta
         self._delta_delay = delta_delay
 
@@ -70,13 +72,35 @@ class ScriptedAdapter:
     def from_file(
         cls, path: str | Path, *, words_per_delta: int = 3, delta_delay: float = 0.0
     ) -> ScriptedAdapter:
-        """A scripted model playing the script at ``path``."""
+        """A scripted model playing the script at ``path``, read now (blocking: from
+        async code use :meth:`deferred`)."""
         return cls(
             load_script(path),
             name=f"{PROVIDER}:{path}",
             words_per_delta=words_per_delta,
             delta_delay=delta_delay,
         )
+
+    @classmethod
+    def deferred(
+        cls, path: str | Path, *, words_per_delta: int = 3, delta_delay: float = 0.0
+    ) -> ScriptedAdapter:
+        """A scripted model that reads the script at ``path`` when it first streams,
+        in a worker thread: building it does no I/O, so it is safe on the event
+        loop. A script that cannot be read fails that stream with
+        AdapterConfigError."""
+        adapter = cls(
+            [], name=f"{PROVIDER}:{path}", words_per_delta=words_per_delta, delta_delay=delta_delay
+        )
+        adapter._pending_path = str(path)
+        return adapter
+
+    async def load(self) -> None:
+        """Read a deferred script now (off the event loop); no-op otherwise."""
+        path = self._pending_path
+        if path is not None:
+            self.script = await asyncio.to_thread(load_script, path)
+            self._pending_path = None
 
     def reply_for(self, request: ModelRequest) -> ScriptReply:
         """The reply this model gives to ``request`` (before streaming)."""
@@ -93,6 +117,7 @@ class ScriptedAdapter:
 
     async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
         """Stream the reply; see :class:`adapters.base.ModelAdapter`."""
+        await self.load()
         reply = self.reply_for(request)
         next_id = 1 + sum(len(m.tool_uses()) for m in request.messages)
         blocks: list[ContentBlock] = []

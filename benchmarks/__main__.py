@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import benchmarks.growth as growth
-from benchmarks import confirmation, dispatch_overhead, fanout, scale, shell, tools_figures
+from benchmarks import confirmation, dispatch_overhead, fanout, scale, shell, tools_figures, turn
 from benchmarks.report import (
     Figure,
     Section,
@@ -47,6 +47,7 @@ BENCHMARKS: dict[str, Runner] = {
     "tools": tools_figures.run,
     "scale": scale.run,
     "growth": growth.run,
+    "turn": turn.run,
 }
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "latest.json"
 

@@ -24,6 +24,7 @@ import contextlib
 import gc
 import importlib
 import importlib.util
+import shutil
 import statistics
 import tempfile
 import time
@@ -34,8 +35,9 @@ from typing import Any
 from adapters.canonical import ToolUseBlock
 from benchmarks.report import Section, percentile
 from dispatcher import AutoAllowPolicy, DispatchSession, ToolDispatcher, WorkspaceFileAPI
-from dispatcher.tools.sandbox import bwrap_prefix, find_bwrap
+from dispatcher.sandbox import Sandbox, SandboxConfig, hidden_paths
 from dispatcher.tools.shell import ShellTool
+from server.config import ShellSection
 
 BALLAST_MIB = 200
 SPAWN_TIMEOUT = 30.0  # seconds; `true` takes milliseconds
@@ -66,6 +68,17 @@ async def _bare(argv: list[str], n: int) -> list[float]:
     return await _times_ms(call, n)
 
 
+def _find_bwrap() -> str | None:
+    return shutil.which("bwrap")
+
+
+def _sandbox(root: str) -> Sandbox:
+    """The sandbox a session on ``root`` gets, the default credential folders hidden."""
+    bwrap = _find_bwrap()
+    assert bwrap is not None
+    return Sandbox(SandboxConfig(bwrap, hidden_paths(ShellSection().sandbox_hide)), root)
+
+
 async def _tool(root: str, n: int, *, sandbox: bool) -> list[float]:
     from eventbus import EventBus, EventLog
 
@@ -78,7 +91,7 @@ async def _tool(root: str, n: int, *, sandbox: bool) -> list[float]:
             "bench",
             WorkspaceFileAPI(root),
             policy=AutoAllowPolicy(),
-            tool_options={"shell": {"sandbox": sandbox}},
+            sandbox=_sandbox(root) if sandbox else None,
         )
 
         async def call(i: int) -> None:
@@ -120,7 +133,7 @@ def _measure_all(n: int, rounds: int, root: str, uvloop: bool) -> dict[str, list
     """Every variant, interleaved: ``rounds`` rounds of ``n // rounds`` calls each,
     so a change in the machine's load hits all variants alike."""
     bash = ["/bin/bash", "-c", "true"]
-    has_bwrap = find_bwrap() is not None
+    has_bwrap = _find_bwrap() is not None
     per_round = max(1, n // rounds)
     out: dict[str, list[float]] = {}
     suffix = " [uvloop]" if uvloop else ""
@@ -132,7 +145,7 @@ def _measure_all(n: int, rounds: int, root: str, uvloop: bool) -> dict[str, list
         measure("bare asyncio subprocess", lambda: _bare(bash, per_round))
         measure("shell tool, sandbox off", lambda: _tool(root, per_round, sandbox=False))
         if has_bwrap:
-            sandboxed = bwrap_prefix(root, root) + bash
+            sandboxed = _sandbox(root).command(bash)
             measure(
                 "bare asyncio subprocess in bwrap",
                 lambda argv=sandboxed: _bare(argv, per_round),  # type: ignore[misc]
@@ -196,7 +209,7 @@ def _run_sync(quick: bool) -> Section:
     section.details = {
         "calls_per_variant": n,
         "uvloop": "measured" if uvloop else "not importable (not a dependency): not measured",
-        "bwrap": find_bwrap() or "not installed: sandbox variants not measured",
+        "bwrap": _find_bwrap() or "not installed: sandbox variants not measured",
         "ms": {
             k: {
                 "p50": round(statistics.median(v), 3),

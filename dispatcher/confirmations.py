@@ -53,6 +53,8 @@ class ConfirmationRequest:
     preview_kind: str
     preview_text: str
     expires_at: datetime
+    # What "allow for session" would grant, in words (GrantScope.text).
+    scope_text: str = ""
 
     def event_data(self) -> dict[str, Any]:
         """The ``tool.confirmation_requested`` payload."""
@@ -66,7 +68,29 @@ class ConfirmationRequest:
             "projected_modifications": list(self.projected_modifications),
             "preview": {"kind": self.preview_kind, "text": self.preview_text},
             "expires_at": self.expires_at.isoformat().replace("+00:00", "Z"),
+            "scope_text": self.scope_text,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class RememberedAnswer:
+    """An answer that holds for the rest of a session, for one grant key
+    (see ``GrantScope``): ``allow`` up to ``rating`` (None: any rating), or
+    ``deny``."""
+
+    decision: Literal["allow", "deny"]
+    rating: CallRating | None = None
+
+    def allows(self, rating: CallRating | None) -> bool:
+        """Whether this answer lets a part rated ``rating`` run unasked."""
+        if self.decision != "allow":
+            return False
+        if self.rating is None:
+            return True
+        return rating is not None and _LEVEL[rating] <= _LEVEL[self.rating]
+
+
+_LEVEL = {CallRating.SAFE: 0, CallRating.DEV: 1, CallRating.DANGEROUS: 2}
 
 
 @dataclass(frozen=True, slots=True)

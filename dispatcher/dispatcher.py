@@ -27,7 +27,7 @@ from adapters.canonical import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from dispatcher.confirmations import ConfirmationBroker, ConfirmationRequest
+from dispatcher.confirmations import ConfirmationBroker, ConfirmationRequest, RememberedAnswer
 from dispatcher.errors import (
     ConfirmationTimeout,
     ToolCancelled,
@@ -40,13 +40,14 @@ from dispatcher.errors import (
     ToolUserDenied,
     ToolValidationError,
 )
-from dispatcher.policy import ConfirmMode, PolicyQuery
+from dispatcher.policy import ConfirmMode, PolicyQuery, sandbox_floor
 from dispatcher.publisher import EventPublisher, NullPublisher
 from dispatcher.registry import RegisteredTool, ToolRegistry
 from dispatcher.session import DispatchSession
 from dispatcher.tool import (
     CallRating,
     ConfirmationPreview,
+    GrantScope,
     Tool,
     ToolContext,
     ToolFactory,
@@ -60,6 +61,9 @@ DEFAULT_CANCEL_GRACE = 30.0  # how long a cancelled tool may take before it is a
 CLEANUP_TIMEOUT = 5.0  # bound on a tool's own cancel() during cleanup
 SUMMARY_CHARS = 200
 PREVIEW_CHARS = 8_000
+# Tool output one event carries at most; the full result goes to the
+# conversation (and the turn record) once, not into every subscriber's queue.
+DEFAULT_MAX_EVENT_OUTPUT_BYTES = 64 * 1024
 _EMPTY: Mapping[str, Any] = {}
 
 
@@ -87,7 +91,14 @@ class ToolDispatcher:
         *,
         broker: ConfirmationBroker | None = None,
         cancel_grace: float = DEFAULT_CANCEL_GRACE,
+        max_event_output_bytes: int = DEFAULT_MAX_EVENT_OUTPUT_BYTES,
     ) -> None:
+        if max_event_output_bytes < 1:
+            raise ValueError(
+                f"max_event_output_bytes must be positive, got {max_event_output_bytes!r}"
+            )
+        # Events carry at most this much tool output (the result block keeps it all).
+        self.max_event_output_bytes = max_event_output_bytes
         self._registry = ToolRegistry()
         self._publish = (publisher or NullPublisher()).publish
         self.broker = broker or ConfirmationBroker()
@@ -201,11 +212,19 @@ class ToolDispatcher:
             if isinstance(value, str):
                 session.workspace.resolve(value)
         # Step 4: the confirmation policy.
-        rating = self._rate(entry, tool_input)
+        rating = self._rate(entry, tool_input, session)
         mode = session.policy.mode_for(
             PolicyQuery(
                 entry.name, entry.definition.side_effects, rating, session.workspace.workspace_root
             )
+        )
+        # The one place where "auto-approval is a privilege of the sandbox" holds:
+        # outside a sandbox an execute-class call always asks (yolo aside).
+        mode = sandbox_floor(
+            mode,
+            entry.definition.side_effects,
+            sandboxed=session.sandbox is not None,
+            policy=session.policy,
         )
         if mode is ConfirmMode.DENY:
             raise ToolPermissionDenied(
@@ -234,9 +253,11 @@ class ToolDispatcher:
             )
             return await self._execute(entry, tool_use, session, turn_id, call)
 
-    def _rate(self, entry: RegisteredTool, tool_input: dict[str, Any]) -> CallRating | None:
+    def _rate(
+        self, entry: RegisteredTool, tool_input: dict[str, Any], session: DispatchSession
+    ) -> CallRating | None:
         try:
-            return ToolHooks.rate(entry.probe, tool_input)
+            return ToolHooks.rate(entry.probe, tool_input, session.workspace)
         except ToolError:
             raise  # the tool refuses this call outright (a blocklisted command)
         except Exception:
@@ -253,11 +274,16 @@ class ToolDispatcher:
         rating: CallRating | None,
         mode: ConfirmMode,
     ) -> None:
-        remembered = session.remembered.get(entry.name)
-        if remembered == "allow":
-            return
-        if remembered == "deny":
+        scope = self._scope(entry, tool_use.input, session)
+        answers = [session.remembered.get((entry.name, key)) for key, _ in scope.parts]
+        if any(a is not None and a.decision == "deny" for a in answers):
             raise ToolUserDenied(f"the user denied {entry.name!r} for the rest of this session")
+        # Covered only when every part has a grant at its rating or higher.
+        if all(
+            a is not None and a.allows(part_rating)
+            for a, (_, part_rating) in zip(answers, scope.parts, strict=True)
+        ):
+            return
         preview = await self._preview(entry, tool_use.input, session)
         request = ConfirmationRequest(
             request_id=self.broker.new_request_id(),
@@ -270,8 +296,10 @@ class ToolDispatcher:
             input_summary=_summary(entry.name, tool_use.input),
             projected_modifications=preview.projected_modifications,
             preview_kind=preview.kind,
-            preview_text=preview.text[:PREVIEW_CHARS],
+            # Cut only past what must be seen whole (a shell's command and env).
+            preview_text=preview.text[: max(PREVIEW_CHARS, preview.keep)],
             expires_at=self.broker.expiry(session.confirmation_timeout),
+            scope_text=scope.text,
         )
         self._publish(
             "tool.confirmation_requested",
@@ -289,11 +317,16 @@ class ToolDispatcher:
         decision = resolution.decision
         if decision == "allow":
             if resolution.scope == "session" or mode is ConfirmMode.PROMPT_ONCE:
-                session.remembered[entry.name] = "allow"
+                for key, part_rating in scope.parts:
+                    known = session.remembered.get((entry.name, key))
+                    if known is not None and known.allows(part_rating):
+                        continue  # never narrow a wider grant
+                    session.remembered[(entry.name, key)] = RememberedAnswer("allow", part_rating)
             return
         if decision == "deny":
             if mode is ConfirmMode.PROMPT_ONCE:
-                session.remembered[entry.name] = "deny"
+                for key, _ in scope.parts:
+                    session.remembered[(entry.name, key)] = RememberedAnswer("deny")
             reason = f" Reason given: {resolution.message}" if resolution.message else ""
             raise ToolUserDenied(f"User denied this operation.{reason}")
         if decision == "timeout":
@@ -302,6 +335,17 @@ class ToolDispatcher:
                 f"{session.confirmation_timeout:g} s"
             )
         raise ToolCancelled("the call was cancelled while waiting for confirmation")
+
+    def _scope(
+        self, entry: RegisteredTool, tool_input: dict[str, Any], session: DispatchSession
+    ) -> GrantScope:
+        try:
+            return ToolHooks.scope(entry.probe, entry.name, tool_input, session.workspace)
+        except Exception:
+            # A scope that cannot be computed grants only this exact call's input.
+            log.exception("scope of %s failed; granting nothing wider than the call", entry.name)
+            exact = json.dumps(tool_input, sort_keys=True, default=str)
+            return GrantScope(((f"= {exact}", None),), f"allow this exact {entry.name} call")
 
     async def _preview(
         self, entry: RegisteredTool, tool_input: dict[str, Any], session: DispatchSession
@@ -394,12 +438,17 @@ class ToolDispatcher:
     def _emit_output(
         self, session_id: str, turn_id: str, tool_use_id: str, stream: str, text: str
     ) -> None:
-        self._publish(
-            "tool.output_delta",
-            {"tool_use_id": tool_use_id, "stream": stream, "text": text},
-            session_id=session_id,
-            turn_id=turn_id,
-        )
+        data: dict[str, Any] = {"tool_use_id": tool_use_id, "stream": stream, "text": text}
+        # Cheap test first: a str never encodes to more than 4 bytes per char.
+        if len(text) * 4 > self.max_event_output_bytes:
+            size = _utf8_size(text)
+            if size > self.max_event_output_bytes:
+                data["text"] = _cut_text(text, self.max_event_output_bytes) + _marker(
+                    self.max_event_output_bytes, size
+                )
+                data["truncated"] = True
+                data["output_bytes"] = size
+        self._publish("tool.output_delta", data, session_id=session_id, turn_id=turn_id)
 
     # -- outcomes ---------------------------------------------------------
 
@@ -413,7 +462,7 @@ class ToolDispatcher:
         started: float,
     ) -> ToolResultBlock:
         duration_ms = round((time.perf_counter() - started) * 1000, 3)
-        content = [b.model_dump() for b in output.content]
+        content, output_bytes, truncated = _event_content(output, self.max_event_output_bytes)
         if not output.success:
             # A handled failure the tool reported as a value, not an exception.
             self._publish(
@@ -422,10 +471,12 @@ class ToolDispatcher:
                     "tool_use_id": tool_use.id,
                     "tool_name": entry.name,
                     "error_class": ToolErrorClass.EXECUTION_ERROR.value,
-                    "message": _output_text(output),
+                    "message": _bounded_text(_output_text(output), self.max_event_output_bytes),
                     "duration_ms": duration_ms,
                     "partial_output": None,
                     "metadata": output.metadata,
+                    "truncated": truncated,
+                    "output_bytes": output_bytes,
                 },
                 session_id=session.session_id,
                 turn_id=turn_id,
@@ -438,6 +489,8 @@ class ToolDispatcher:
                     "tool_name": entry.name,
                     "duration_ms": duration_ms,
                     "content": content,
+                    "truncated": truncated,
+                    "output_bytes": output_bytes,
                     "files_modified": output.files_modified,
                     "command_executed": output.command_executed,
                     "metadata": output.metadata,
@@ -546,6 +599,69 @@ async def _cleanup(tool: Tool, label: str) -> None:
 
 def _output_text(output: ToolOutput) -> str:
     return "".join(b.text for b in output.content if isinstance(b, TextBlock))
+
+
+def _utf8_size(text: str) -> int:
+    # surrogatepass: tool text may hold lone surrogates (undecodable file names).
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _cut_text(text: str, limit: int) -> str:
+    """The longest prefix of ``text`` whose UTF-8 form fits in ``limit`` bytes."""
+    cut = text[:limit]
+    size = _utf8_size(cut)
+    # Each pass shrinks by the ratio of the overshoot; a few passes at most.
+    while size > limit:
+        cut = cut[: max(0, len(cut) * limit // size - 1)]
+        size = _utf8_size(cut)
+    return cut
+
+
+def _marker(shown: int, total: int) -> str:
+    return (
+        f"\n[output truncated in this event: {shown} of {total} bytes; "
+        "the full result is in the conversation and the turn record]"
+    )
+
+
+def _bounded_text(text: str, limit: int) -> str:
+    if len(text) * 4 <= limit:
+        return text
+    size = _utf8_size(text)
+    return text if size <= limit else _cut_text(text, limit) + _marker(limit, size)
+
+
+def _event_content(output: ToolOutput, limit: int) -> tuple[list[dict[str, Any]], int, bool]:
+    """The result blocks an event carries: ``(blocks, full size in bytes, truncated)``.
+
+    Past ``limit`` bytes (text as UTF-8, images as their base64 data) text is cut
+    and images that do not fit are left out, and a text block says so.
+    """
+    sizes = [
+        _utf8_size(b.text) if isinstance(b, TextBlock) else len(b.data) for b in output.content
+    ]
+    total = sum(sizes)
+    if total <= limit:
+        return [b.model_dump() for b in output.content], total, False
+    blocks: list[dict[str, Any]] = []
+    budget = limit
+    omitted_images = 0
+    for block, size in zip(output.content, sizes, strict=True):
+        if isinstance(block, TextBlock):
+            if budget > 0:
+                text = block.text if size <= budget else _cut_text(block.text, budget)
+                blocks.append({"type": "text", "text": text})
+                budget -= size if size <= budget else budget
+        elif size <= budget:
+            blocks.append(block.model_dump())
+            budget -= size
+        else:
+            omitted_images += 1
+    note = _marker(limit - budget, total).lstrip("\n")
+    if omitted_images:
+        note = note[:-1] + f"; {omitted_images} image(s) left out]"
+    blocks.append({"type": "text", "text": note})
+    return blocks, total, True
 
 
 def _error_result(tool_use_id: str, text: str) -> ToolResultBlock:

@@ -12,6 +12,17 @@ in a fixed order, each layer overriding the one before:
 4. ``ratings``: a tool's per-call rating (the shell rates ``ls`` safe) may
    change a prompt, never a deny;
 5. ``per_tool``: the last word for a named tool.
+
+One rule sits above every policy: **auto-approval of execution is a
+privilege of the sandbox.** For an ``execute``-class call in a session with
+no sandbox (bubblewrap unavailable, or ``workspaces.shell.sandbox: false``)
+the mode is at least PROMPT, whatever the preset, rating, trusted workspace
+or per-tool entry says, unless the policy runs everything on purpose (the
+``yolo`` preset, or AutoAllowPolicy). So a shell command runs without a
+confirmation only when (a) it is rated ``safe`` (or the policy's ratings
+say so), (b) it runs in the sandbox, and (c) the policy allows.
+``sandbox_floor`` holds that rule; the dispatcher applies it in one place,
+after ``mode_for``.
 """
 
 from __future__ import annotations
@@ -139,8 +150,26 @@ def loosened_calls(
 class AutoAllowPolicy:
     """Runs everything without asking; for scripts and trusted automation."""
 
+    runs_everything = True
+
     def mode_for(self, query: PolicyQuery) -> ConfirmMode:
         return ConfirmMode.AUTO
+
+
+def sandbox_floor(
+    mode: ConfirmMode,
+    side_effects: SideEffects,
+    *,
+    sandboxed: bool,
+    policy: ConfirmationPolicy,
+) -> ConfirmMode:
+    """``mode`` raised to PROMPT for an execute-class call outside a sandbox,
+    unless ``policy`` runs everything on purpose (yolo). Never lowers a mode."""
+    if sandboxed or side_effects is not SideEffects.EXECUTE:
+        return mode
+    if getattr(policy, "runs_everything", False):
+        return mode
+    return mode if STRICTNESS[mode] >= STRICTNESS[ConfirmMode.PROMPT] else ConfirmMode.PROMPT
 
 
 class RulePolicy:
@@ -154,6 +183,11 @@ class RulePolicy:
         self._trusted = tuple(
             os.path.realpath(os.path.expanduser(p)).rstrip(os.sep) for p in cfg.trusted_workspaces
         )
+
+    @property
+    def runs_everything(self) -> bool:
+        """The explicit "run everything" choice: the yolo preset."""
+        return self.config.preset == "yolo"
 
     def is_trusted(self, workspace: str) -> bool:
         real = os.path.realpath(workspace)

@@ -34,6 +34,7 @@ import logging
 import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -177,27 +178,64 @@ def _mask_arguments(hidden: Iterable[str], workspace_root: str) -> list[str]:
     return args
 
 
-def probe(bwrap: str | None = None) -> tuple[str | None, str]:
-    """Run the sandbox once (``true`` inside it). Returns (path of bwrap, "")
-    when it works, or (None, the reason) when it does not. Blocking: call it
-    at start-up, off the event loop."""
+def probe(bwrap: str | None = None, hidden: Iterable[str] = ()) -> tuple[str | None, str]:
+    """Run the sandbox once (``true`` inside it, with ``hidden`` masked as a
+    session's sandbox would). Returns (path of bwrap, "") when it works, or
+    (None, the reason) when it does not. Blocking: call it at start-up, off
+    the event loop."""
     exe = bwrap or shutil.which("bwrap")
     if exe is None:
         return None, "bubblewrap (bwrap) is not installed"
-    scratch = os.path.realpath(os.getcwd())
-    argv = Sandbox(SandboxConfig(exe), scratch).command(
-        ["/bin/sh", "-c", "true"], writable_workspace=False
-    )
-    try:
-        done = subprocess.run(
-            argv, capture_output=True, timeout=PROBE_TIMEOUT, stdin=subprocess.DEVNULL, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return None, f"bwrap could not run: {exc}"
+    # A scratch folder of its own as the workspace: the server's cwd may hold
+    # the data dir (the README's layout), which a workspace must not contain.
+    with tempfile.TemporaryDirectory(prefix="toolrelay-probe-") as scratch:
+        try:
+            argv = Sandbox(SandboxConfig(exe, tuple(hidden)), scratch).command(
+                ["/bin/sh", "-c", "true"], writable_workspace=False
+            )
+        except SandboxUnavailable as exc:
+            return None, str(exc)
+        try:
+            done = subprocess.run(
+                argv,
+                capture_output=True,
+                timeout=PROBE_TIMEOUT,
+                stdin=subprocess.DEVNULL,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return None, f"bwrap could not run: {exc}"
     if done.returncode != 0:
         reason = done.stderr.decode("utf-8", "replace").strip().splitlines()
         return None, f"bwrap failed: {reason[-1] if reason else f'exit {done.returncode}'}"
     return exe, ""
+
+
+def configure(
+    setting: bool | None, hidden: Iterable[str], *, bwrap: str | None = None
+) -> tuple[SandboxConfig | None, str]:
+    """The server's sandbox decision, made once at start-up (blocking: probes).
+
+    ``setting`` is ``workspaces.shell.sandbox``: None (auto) turns the sandbox
+    on wherever the probe passes, False turns it off, True requires it.
+    Returns (the config, "") when on, (None, why it is off) when off; raises
+    SandboxUnavailable, naming the probe's reason, when it is required but
+    cannot run."""
+    if setting is False:
+        return None, "turned off by workspaces.shell.sandbox: false"
+    paths = hidden_paths(hidden)
+    exe, reason = probe(bwrap, paths)
+    if exe is None:
+        if setting is True:
+            raise SandboxUnavailable(
+                f"workspaces.shell.sandbox is true but the sandbox cannot run here: {reason}. "
+                "Install bubblewrap (Debian/Ubuntu package 'bubblewrap') and make sure "
+                "unprivileged user namespaces are allowed, or set "
+                "workspaces.shell.sandbox: false to run commands unsandboxed (each then "
+                "asks for a confirmation)"
+            )
+        return None, reason
+    return SandboxConfig(exe, paths), ""
 
 
 def hidden_paths(*groups: Iterable[str]) -> tuple[str, ...]:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
+from dispatcher.confirmations import RememberedAnswer
 from dispatcher.policy import ConfirmationPolicy, RulePolicy
 from dispatcher.sandbox import Sandbox
 from dispatcher.workspace import WorkspaceFileAPI
@@ -32,8 +33,10 @@ class DispatchSession:
     # The sandbox every process of this session runs in; None when it is off
     # (then no execute-class call runs without a confirmation, yolo aside).
     sandbox: Sandbox | None = None
-    # tool name -> remembered answer (scope "session", or a prompt_once answer).
-    remembered: dict[str, Literal["allow", "deny"]] = field(default_factory=dict)
+    # (tool name, grant key) -> remembered answer (scope "session", or a
+    # prompt_once answer). The grant key is the tool's name for most tools;
+    # the shell's are each command's program and subcommand (see GrantScope).
+    remembered: dict[tuple[str, str], RememberedAnswer] = field(default_factory=dict)
     semaphore: asyncio.Semaphore = field(init=False)
 
     def __post_init__(self) -> None:

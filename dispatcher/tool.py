@@ -10,10 +10,15 @@ before it builds the executing one (see ``ToolHooks``):
 
 - ``path_fields``: input keys that name workspace paths; each is checked
   against the workspace root before confirmation (spec step 3).
-- ``rate(input)``: a per-call rating (``safe``/``dev``/``dangerous``) the
-  confirmation policy may use; the event still reports the declared class.
+- ``rate(input, workspace)``: a per-call rating (``safe``/``dev``/``dangerous``)
+  the confirmation policy may use; the event still reports the declared
+  class. It gets the workspace because a rating may depend on what a path
+  resolves to (a symlink out of the workspace is not a safe read).
 - ``preview(input, workspace)``: what the call would do, for the confirmation
   request (the diff of a write, the command of a shell call).
+- ``scope(input, workspace)``: what "allow for session" on this call grants
+  (a ``GrantScope``). Default: the whole tool. The shell narrows it to each
+  command's program and subcommand at that rating.
 """
 
 from __future__ import annotations
@@ -47,6 +52,23 @@ class ConfirmationPreview:
     text: str = ""
     kind: str = "text"  # "diff" | "command" | "text"
     projected_modifications: tuple[str, ...] = ()
+    # The first ``keep`` characters are never cut when a long preview is
+    # shortened: a shell's whole command and env must be seen to be approved.
+    keep: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class GrantScope:
+    """What "allow for session" on one call grants, and how to say it.
+
+    ``parts``: (key, rating) pairs; a later call of the same tool is covered
+    when every one of its parts has a remembered grant with the same key and
+    a rating at least as high (a rating of None covers every rating).
+    ``text``: the sentence shown on the button (``allow 'npm test' for this
+    session``)."""
+
+    parts: tuple[tuple[str, CallRating | None], ...]
+    text: str
 
 
 OutputSink = Callable[[str, str], None]
@@ -119,9 +141,23 @@ class ToolHooks:
         return tuple(getattr(tool, "path_fields", ()))
 
     @staticmethod
-    def rate(tool: Tool, input: dict[str, Any]) -> CallRating | None:
+    def rate(tool: Tool, input: dict[str, Any], workspace: WorkspaceFileAPI) -> CallRating | None:
         rate = getattr(tool, "rate", None)
-        return rate(input) if rate is not None else None
+        if rate is None:
+            return None
+        result: CallRating = rate(input, workspace)
+        return result
+
+    @staticmethod
+    def scope(
+        tool: Tool, name: str, input: dict[str, Any], workspace: WorkspaceFileAPI
+    ) -> GrantScope:
+        """The tool's own scope, or the whole tool (``name``) by default."""
+        scope = getattr(tool, "scope", None)
+        if scope is None:
+            return GrantScope(((name, None),), f"allow {name} for this session")
+        result: GrantScope = scope(input, workspace)
+        return result
 
     @staticmethod
     async def preview(

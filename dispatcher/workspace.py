@@ -1,30 +1,50 @@
 """WorkspaceFileAPI: the only way tools touch files.
 
-Every path is resolved physically (symlinks followed, ``..`` collapsed after
-each link) and must land on the workspace root or below it; anything else is a
-WorkspaceEscapeError (``permission_denied``). Writes go to a temporary file in
-the same directory and are renamed into place, so a crash leaves either the
-old or the new content, never half of it; on Linux the temporary file has no
-name until it is complete (O_TMPFILE), so a crash leaves no partial file beside
-it either.
+Every path is walked component by component from a descriptor of the
+workspace root, opened once: each directory is opened with ``openat`` and
+``O_NOFOLLOW`` relative to the descriptor of its parent, and the final read,
+write, rename, unlink, list or stat happens on a descriptor reached that way.
+No path is checked and then opened again by name, so a process inside the
+workspace (a sandboxed shell command) that swaps a directory or a file for a
+symbolic link while a tool runs cannot make the tool read or write outside
+the root: a swapped component is either refused (``O_NOFOLLOW``) or followed
+under the same rules.
 
-Known limit: a process that swaps a checked directory for a symlink between
-the check and the open (a race only an ``execute`` tool could run) is not
-stopped here; the shell sandbox is the defence for that.
+Rules of the walk:
+
+- ``..`` pops the last walked component (the physical parent, as the walk
+  knows it); it never goes above the root: that is a WorkspaceEscapeError.
+- A symbolic link met on the way is followed only by walking its target under
+  the same rules: a relative target from the link's own directory, an
+  absolute one only when it lies inside the root's real path (then walked from
+  the root). Anything else is a WorkspaceEscapeError (``permission_denied``).
+  At most ``MAX_SYMLINK_HOPS`` links per path (more: ``permission_denied``).
+- Writes go to an unnamed file (O_TMPFILE) or a named temporary file in the
+  target's directory, by directory descriptor, and are renamed into place with
+  ``renameat``: a crash leaves either the old or the new content, never half
+  of it, and (with O_TMPFILE) no partial file beside it.
+
+``resolve`` remains for callers that need to show or validate a path (the
+dispatcher's scope step, a shell's cwd, lock keys): it uses the same walk, but
+its result is a name and must never be used to open anything.
 """
 
 from __future__ import annotations
 
 import contextlib
-import difflib
 import errno
+import fcntl
 import os
 import secrets
 import stat
-import tempfile
+import weakref
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from dispatcher.errors import (
+    ToolError,
     ToolExecutionError,
     ToolPermissionDenied,
     ToolValidationError,
@@ -33,9 +53,40 @@ from dispatcher.errors import (
 
 DEFAULT_MAX_READ_BYTES = 16 * 1024 * 1024
 
+# The kernel's own limit for one lookup (40); a path needing more hops is a loop.
+MAX_SYMLINK_HOPS = 40
+
+# Directories on the way are opened O_PATH: no read permission is needed and
+# nothing is read; the descriptor only anchors the next openat.
+_WALK_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# What a symlink (or a regular file) gives when opened with _WALK_FLAGS, or
+# O_NOFOLLOW without O_DIRECTORY: the component may be a link to follow.
+_MAYBE_LINK = frozenset({errno.ENOTDIR, errno.ELOOP})
+_ACCESS_MODE = os.O_RDONLY | os.O_WRONLY | os.O_RDWR
+
+
+# Called with the workspace-relative path a write reached; raises to refuse it.
+Guard = Callable[[str], None]
+
+
+class WorkspacePathNotFound(ToolExecutionError):
+    """A workspace path (or one of its folders) does not exist."""
+
+
+@dataclass(slots=True)
+class WriteResult:
+    """What a write did: the file's workspace-relative path, whether it was
+    created, its size afterwards and the folders created for it (outermost
+    first, workspace-relative)."""
+
+    rel: str
+    created: bool
+    size: int
+    made_dirs: list[str] = field(default_factory=list)
+
 
 class WorkspaceFileAPI:
-    """File access confined to one workspace root."""
+    """File access confined to one workspace root, by descriptor."""
 
     def __init__(
         self,
@@ -51,22 +102,34 @@ class WorkspaceFileAPI:
         self.allow_delete = allow_delete
         self.max_read_bytes = max_read_bytes
         self._root_prefix = root.rstrip(os.sep) + os.sep
+        # Opened once: every walk starts here, whatever the name `root` later means.
+        self._root_fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        self._finalizer = weakref.finalize(self, os.close, self._root_fd)
+
+    def close(self) -> None:
+        """Release the root descriptor (also done when the object is collected)."""
+        self._finalizer()
 
     # -- resolution -------------------------------------------------------
 
     def resolve(self, path: str) -> Path:
-        """The absolute, physical path for ``path``, or WorkspaceEscapeError."""
-        if not isinstance(path, str):
-            raise WorkspaceEscapeError(f"path must be a string, got {type(path).__name__}")
-        if "\x00" in path:
-            raise WorkspaceEscapeError(f"path {path!r} contains a NUL byte")
-        _check_name(path)
-        expanded = path if not path.startswith("~") else os.path.expanduser(path)
-        candidate = os.path.join(self.workspace_root, expanded or ".")
-        real = os.path.realpath(candidate)
-        if not self.contains(real):
-            raise WorkspaceEscapeError(f"path {path!r} escapes the workspace root")
-        return Path(real)
+        """The absolute, physical path ``path`` names, or WorkspaceEscapeError.
+
+        For display and validation only, never to open: the name may mean
+        something else by the time it is used. Folders that do not exist are
+        taken lexically (as ``realpath`` does)."""
+        walk = _Walk(self, path)
+        try:
+            try:
+                name, _ = walk.settle()
+                parts = [*walk.parts, name] if name is not None else list(walk.parts)
+            except OSError as exc:
+                if exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.EACCES):
+                    raise _os_error(path, exc) from exc
+                parts = walk.lexical_rest()
+        finally:
+            walk.close()
+        return Path(self.workspace_root, *parts)
 
     def contains(self, real_path: str) -> bool:
         """Whether an already-resolved absolute path lies inside the root."""
@@ -77,21 +140,118 @@ class WorkspaceFileAPI:
         rel = os.path.relpath(os.fspath(real_path), self.workspace_root)
         return rel.replace(os.sep, "/")
 
+    # -- descriptors --------------------------------------------------------
+
+    def open_dir(self, path: str) -> int:
+        """An ``O_RDONLY|O_DIRECTORY|O_CLOEXEC`` descriptor of a workspace folder,
+        reached component by component (in-workspace links followed under the
+        walk's rules). The caller closes it; ``os.scandir(fd)`` lists it."""
+        walk = _Walk(self, path)
+        try:
+            while True:
+                name = walk.advance()
+                try:
+                    return os.open(
+                        name or ".",
+                        os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                        dir_fd=walk.fd,
+                    )
+                except OSError as exc:
+                    if (
+                        name is not None
+                        and exc.errno in _MAYBE_LINK
+                        and walk.relook(name, want_dir=True)
+                    ):
+                        continue
+                    if exc.errno == errno.ENOTDIR:
+                        raise ToolExecutionError(f"{path!r} is not a directory") from None
+                    raise
+        except OSError as exc:
+            raise _os_error(path, exc) from exc
+        finally:
+            walk.close()
+
+    def open_file(self, path: str, flags: int = os.O_RDONLY, mode: int = 0o644) -> int:
+        """A descriptor of a regular workspace file (the caller closes it).
+
+        The last component is opened with ``O_NOFOLLOW``; a link there is
+        followed only under the walk's rules. FIFOs, sockets, devices and
+        folders are refused without blocking (opened ``O_NONBLOCK``, checked
+        with fstat, then made blocking again). ``O_CREAT`` creates the file
+        (its folder must exist)."""
+        walk = _Walk(self, path)
+        try:
+            fd = _open_last(walk, path, flags | os.O_NONBLOCK, mode)
+        except OSError as exc:
+            raise _os_error(path, exc) from exc
+        finally:
+            walk.close()
+        try:
+            _require_regular(fd, path)
+            if not flags & os.O_NONBLOCK:
+                fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def lstat(self, path: str) -> os.stat_result:
+        """The status of ``path`` itself (a link is not followed at the end)."""
+        walk = _Walk(self, path)
+        try:
+            name = walk.advance()
+            if name is None:
+                return os.stat(walk.fd)
+            return os.stat(name, dir_fd=walk.fd, follow_symlinks=False)
+        except OSError as exc:
+            raise _os_error(path, exc) from exc
+        finally:
+            walk.close()
+
+    def stat(self, path: str) -> os.stat_result:
+        """The status of what ``path`` names, in-workspace links followed."""
+        walk = _Walk(self, path)
+        try:
+            _, st = walk.settle()
+            if st is None:
+                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT))
+            return st
+        except OSError as exc:
+            raise _os_error(path, exc) from exc
+        finally:
+            walk.close()
+
     # -- reading ----------------------------------------------------------
 
     def read_bytes(self, path: str) -> bytes:
-        target = self.resolve(path)
+        fd = self.open_file(path)
+        return self.read_fd(fd, path)
+
+    def read_fd(self, fd: int, path: str) -> bytes:
+        """All of an open file's bytes (the read limit applies); closes ``fd``."""
+        limit = self.max_read_bytes
         try:
-            st = target.stat()
-            if stat.S_ISDIR(st.st_mode):
-                raise ToolExecutionError(f"{path!r} is a directory, not a file")
-            if st.st_size > self.max_read_bytes:
-                raise ToolExecutionError(
-                    f"{path!r} is {st.st_size} bytes; the read limit is {self.max_read_bytes}"
-                )
-            return target.read_bytes()
+            size = os.fstat(fd).st_size
+            if size > limit:
+                raise ToolExecutionError(f"{path!r} is {size} bytes; the read limit is {limit}")
+            # Sized from fstat (one read for a file that does not change);
+            # bounded by the limit if it grows meanwhile.
+            chunks: list[bytes] = []
+            total, want = 0, size + 1
+            while total <= limit:
+                chunk = os.read(fd, min(want, limit + 1 - total))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                total += len(chunk)
+                want = max(want - len(chunk), 64 * 1024)
         except OSError as exc:
             raise _os_error(path, exc) from exc
+        finally:
+            os.close(fd)
+        if total > limit:
+            raise ToolExecutionError(f"{path!r} grew past the read limit of {limit} bytes")
+        return b"".join(chunks)
 
     def read(self, path: str) -> str:
         data = self.read_bytes(path)
@@ -103,77 +263,348 @@ class WorkspaceFileAPI:
             ) from exc
 
     def exists(self, path: str) -> bool:
-        return self.resolve(path).exists()
+        try:
+            self.stat(path)
+        except WorkspacePathNotFound:
+            return False
+        return True
 
     def list(self, path: str = ".") -> list[str]:
         """Entries of a directory, relative to the root, sorted; folders end in '/'."""
-        target = self.resolve(path)
+        base = self.relative(self.resolve(path))
+        fd = self.open_dir(path)
         try:
-            entries = sorted(os.scandir(target), key=lambda e: e.name)
+            with os.scandir(fd) as it:
+                entries = sorted(it, key=lambda e: e.name)
+            out: list[str] = []
+            for entry in entries:
+                rel = entry.name if base == "." else f"{base}/{entry.name}"
+                out.append(rel + "/" if entry.is_dir(follow_symlinks=False) else rel)
+            return out
         except OSError as exc:
             raise _os_error(path, exc) from exc
-        out: list[str] = []
-        for entry in entries:
-            rel = self.relative(os.path.join(target, entry.name))
-            out.append(rel + "/" if entry.is_dir(follow_symlinks=False) else rel)
-        return out
+        finally:
+            os.close(fd)
 
     # -- writing ----------------------------------------------------------
 
-    def write_bytes(self, path: str, content: bytes) -> None:
-        target = self.resolve(path)
-        if target.is_dir():
-            raise ToolExecutionError(f"{path!r} is a directory, not a file")
-        try:
-            self._mkdirs(target.parent)
-            _atomic_write(target, content)
-        except OSError as exc:
-            raise _os_error(path, exc) from exc
+    def write_bytes(
+        self,
+        path: str,
+        content: bytes,
+        *,
+        create_parents: bool = True,
+        guard: Guard | None = None,
+    ) -> WriteResult:
+        """Replace (or create) ``path`` with ``content``, atomically; missing
+        folders are created unless ``create_parents`` is false. ``guard`` gets
+        the workspace-relative path the walk reached, before anything is
+        written, and may raise to refuse it (a name-based check made earlier
+        could have been raced)."""
+        return self._write(
+            path, lambda _old: content, create_parents=create_parents, needs_old=False, guard=guard
+        )
 
-    def write(self, path: str, content: str) -> None:
-        self.write_bytes(path, content.encode("utf-8"))
+    def write(self, path: str, content: str, *, guard: Guard | None = None) -> WriteResult:
+        return self.write_bytes(path, content.encode("utf-8"), guard=guard)
 
-    def append(self, path: str, content: str) -> None:
-        target = self.resolve(path)
-        existing = self.read_bytes(path) if target.exists() else b""
-        self.write_bytes(path, existing + content.encode("utf-8"))
+    def append(
+        self,
+        path: str,
+        content: str,
+        *,
+        create_parents: bool = True,
+        guard: Guard | None = None,
+    ) -> WriteResult:
+        """Add ``content`` to the end of ``path`` (created when missing), atomically."""
+        extra = content.encode("utf-8")
+        return self._write(
+            path,
+            lambda old: (old or b"") + extra,
+            create_parents=create_parents,
+            needs_old=True,
+            guard=guard,
+        )
 
-    def delete(self, path: str) -> None:
+    def delete(self, path: str, *, guard: Guard | None = None) -> None:
         if not self.allow_delete:
             raise ToolPermissionDenied("deleting files is disabled for this workspace")
-        target = self.resolve(path)
-        if str(target) == self.workspace_root:
-            raise ToolPermissionDenied("the workspace root cannot be deleted")
+        self.unlink(path, guard=guard)
+
+    def unlink(self, path: str, *, guard: Guard | None = None) -> None:
+        """Remove one file, ignoring ``allow_delete``: for undoing a file this
+        process just created (apply_patch's rollback). Tools call ``delete``."""
+        walk = _Walk(self, path)
         try:
-            if target.is_dir():
+            name, st = walk.settle()
+            if name is None:
+                raise ToolPermissionDenied("the workspace root cannot be deleted")
+            if st is not None and stat.S_ISDIR(st.st_mode):
                 raise ToolExecutionError(f"{path!r} is a directory; only files can be deleted")
-            target.unlink()
+            if guard is not None:
+                guard("/".join([*walk.parts, name]))
+            os.unlink(name, dir_fd=walk.fd)
         except OSError as exc:
             raise _os_error(path, exc) from exc
+        finally:
+            walk.close()
 
-    def patch(self, path: str, old: str, new: str) -> str:
-        """Replace the one occurrence of ``old`` with ``new``; returns the unified diff."""
-        if not old:
-            raise ToolExecutionError("old_str must not be empty")
-        text = self.read(path)
-        count = text.count(old)
-        if count == 0:
-            raise ToolExecutionError(f"old_str not found in {path!r}")
-        if count > 1:
-            lines = _match_lines(text, old)
-            raise ToolExecutionError(
-                f"old_str is not unique in {path!r}: {count} matches, at lines "
-                + ", ".join(str(n) for n in lines)
-            )
-        updated = text.replace(old, new, 1)
-        self.write(path, updated)
-        return unified_diff(self.relative(self.resolve(path)), text, updated)
+    def rmdir(self, path: str) -> None:
+        """Remove one empty folder (apply_patch's rollback of folders it made)."""
+        walk = _Walk(self, path)
+        try:
+            name = walk.advance()
+            if name is None:
+                raise ToolPermissionDenied("the workspace root cannot be removed")
+            os.rmdir(name, dir_fd=walk.fd)
+        except OSError as exc:
+            raise _os_error(path, exc) from exc
+        finally:
+            walk.close()
 
-    def _mkdirs(self, directory: Path) -> None:
-        # Re-check after creating: a parent may have been a dangling symlink.
-        directory.mkdir(parents=True, exist_ok=True)
-        if not self.contains(os.path.realpath(directory)):
-            raise WorkspaceEscapeError(f"directory {directory} escapes the workspace root")
+    def _write(
+        self,
+        path: str,
+        make: Callable[[bytes | None], bytes],
+        *,
+        create_parents: bool,
+        needs_old: bool,
+        guard: Guard | None,
+    ) -> WriteResult:
+        walk = _Walk(self, path, create_dirs=create_parents)
+        try:
+            try:
+                name, st = walk.settle()
+            except FileNotFoundError:
+                if not create_parents:
+                    raise ToolExecutionError(
+                        f"the folder of {path!r} does not exist and create_parents is false"
+                    ) from None
+                raise
+            if name is None or (st is not None and stat.S_ISDIR(st.st_mode)):
+                raise ToolExecutionError(f"{path!r} is a directory, not a file")
+            rel = "/".join([*walk.parts, name])
+            if guard is not None:
+                guard(rel)
+            old: bytes | None = None
+            if st is not None:
+                if not stat.S_ISREG(st.st_mode):
+                    raise ToolExecutionError(
+                        f"{path!r} is not a regular file (a FIFO, socket or device)"
+                    )
+                if needs_old:
+                    old = self._read_at(walk.fd, name, path)
+            content = make(old)
+            mode = None if st is None else stat.S_IMODE(st.st_mode)
+            _atomic_write(walk.fd, name, content, mode)
+            return WriteResult(rel, st is None, len(content), walk.made_dirs)
+        except OSError as exc:
+            raise _os_error(path, exc) from exc
+        finally:
+            walk.close()
+
+    def _read_at(self, dir_fd: int, name: str, path: str) -> bytes:
+        fd = os.open(
+            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd
+        )
+        try:
+            _require_regular(fd, path)
+        except BaseException:
+            os.close(fd)
+            raise
+        return self.read_fd(fd, path)
+
+
+class _Walk:
+    """One path being walked from the root descriptor.
+
+    ``fd`` is the descriptor of the folder reached so far (the root's is
+    borrowed, the others owned), ``parts`` that folder's components from the
+    root, ``pending`` the components still to walk."""
+
+    __slots__ = ("create_dirs", "fd", "hops", "made_dirs", "parts", "path", "pending", "ws")
+
+    def __init__(self, ws: WorkspaceFileAPI, path: str, *, create_dirs: bool = False) -> None:
+        self.ws = ws
+        self.path = path
+        self.fd = ws._root_fd
+        self.parts: list[str] = []
+        self.pending: deque[str] = deque(_components(ws, path))
+        self.hops = 0
+        self.create_dirs = create_dirs
+        self.made_dirs: list[str] = []
+
+    def close(self) -> None:
+        if self.fd != self.ws._root_fd:
+            os.close(self.fd)
+        self.fd = self.ws._root_fd
+
+    def advance(self) -> str | None:
+        """Walk every component but the last; return the last one's name, or
+        None when the path names the folder ``fd`` itself."""
+        while self.pending:
+            comp = self.pending.popleft()
+            if comp == "..":
+                self._up()
+            elif not self.pending:
+                return comp
+            else:
+                self._descend(comp)
+        return None
+
+    def settle(self) -> tuple[str | None, os.stat_result | None]:
+        """Like advance, then follow the last component while it is a link:
+        (name in ``fd``, its status or None when it does not exist)."""
+        while True:
+            name = self.advance()
+            if name is None:
+                return None, os.stat(self.fd)
+            try:
+                st = os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+            except FileNotFoundError:
+                return name, None
+            if not stat.S_ISLNK(st.st_mode):
+                return name, st
+            if not self.follow(name):
+                self.pending.appendleft(name)  # it changed under us: look again
+
+    def follow(self, name: str) -> bool:
+        """If ``name`` in the current folder is a symlink, put its target's
+        components in its place (False: it is not a link)."""
+        self.hops += 1
+        if self.hops > MAX_SYMLINK_HOPS:
+            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP))
+        try:
+            target = os.readlink(name, dir_fd=self.fd)
+        except OSError as exc:
+            if exc.errno in (errno.EINVAL, errno.ENOENT):
+                return False
+            raise
+        if target.startswith("/"):
+            if not self.ws.contains(target):
+                raise WorkspaceEscapeError(
+                    f"path {self.path!r} escapes the workspace root "
+                    f"(the link {'/'.join([*self.parts, name])!r} points outside it)"
+                )
+            # Walked from the root again, so '..' in it cannot climb above it.
+            self.close()
+            self.parts = []
+            target = target[len(self.ws.workspace_root) :]
+        self.pending.extendleft(reversed([c for c in target.split("/") if c not in ("", ".")]))
+        return True
+
+    def relook(self, name: str, *, want_dir: bool) -> bool:
+        """``name`` (just popped) failed with ENOTDIR/ELOOP under O_NOFOLLOW.
+        True when the walk should go on: it is a link (its target now queued
+        in its place) or it changed under us (it is queued again, to look
+        anew; ``follow`` counts every look, so a swapping process cannot keep
+        us here). False: the error stands (a file where a folder was wanted)."""
+        if self.follow(name):
+            return True
+        try:
+            mode: int | None = os.stat(name, dir_fd=self.fd, follow_symlinks=False).st_mode
+        except FileNotFoundError:
+            mode = None
+        if mode is None or stat.S_ISLNK(mode) or stat.S_ISDIR(mode) or not want_dir:
+            self.pending.appendleft(name)
+            return True
+        return False
+
+    def lexical_rest(self) -> list[str]:
+        """The components of the path taken lexically from where the walk stopped."""
+        parts = list(self.parts)
+        for comp in self.pending:
+            if comp == "..":
+                if not parts:
+                    raise WorkspaceEscapeError(f"path {self.path!r} escapes the workspace root")
+                parts.pop()
+            else:
+                parts.append(comp)
+        return parts
+
+    def _descend(self, comp: str) -> None:
+        for _ in range(MAX_SYMLINK_HOPS):
+            try:
+                fd = os.open(comp, _WALK_FLAGS, dir_fd=self.fd)
+            except FileNotFoundError:
+                if not self.create_dirs:
+                    self.pending.appendleft(comp)  # lexical_rest still needs it
+                    raise
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(comp, 0o777, dir_fd=self.fd)
+                    self.made_dirs.append("/".join([*self.parts, comp]))
+                continue
+            except OSError as exc:
+                if exc.errno in _MAYBE_LINK and self.relook(comp, want_dir=True):
+                    return
+                if exc.errno == errno.ENOTDIR:
+                    self.pending.appendleft(comp)
+                raise
+            self.close()
+            self.fd = fd
+            self.parts.append(comp)
+            return
+        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP))
+
+    def _up(self) -> None:
+        if not self.parts:
+            raise WorkspaceEscapeError(f"path {self.path!r} escapes the workspace root")
+        # Walk down again from the root rather than opening '..': the parent
+        # is then the one this walk came through, not wherever the folder is now.
+        names = self.parts[:-1]
+        self.close()
+        self.parts = []
+        for comp in names:
+            fd = os.open(comp, _WALK_FLAGS, dir_fd=self.fd)
+            self.close()
+            self.fd = fd
+            self.parts.append(comp)
+
+
+def _components(ws: WorkspaceFileAPI, path: str) -> list[str]:
+    """The components of ``path`` relative to the root (not yet walked)."""
+    if not isinstance(path, str):
+        raise WorkspaceEscapeError(f"path must be a string, got {type(path).__name__}")
+    if "\x00" in path:
+        raise WorkspaceEscapeError(f"path {path!r} contains a NUL byte")
+    _check_name(path)
+    expanded = os.path.expanduser(path) if path.startswith("~") else path
+    if expanded.startswith("/"):
+        if ws.contains(expanded):
+            expanded = expanded[len(ws.workspace_root) :]
+        else:
+            # Another name for the root (a link to it): only the name is
+            # resolved here; the walk from the root descriptor still decides.
+            real = os.path.realpath(expanded)
+            if not ws.contains(real):
+                raise WorkspaceEscapeError(f"path {path!r} escapes the workspace root")
+            expanded = real[len(ws.workspace_root) :]
+    return [c for c in expanded.split("/") if c not in ("", ".")]
+
+
+def _open_last(walk: _Walk, path: str, flags: int, mode: int) -> int:
+    """Open the walk's last component with ``flags`` (+O_NOFOLLOW, following
+    an in-workspace link under the walk's rules)."""
+    while True:
+        name = walk.advance()
+        try:
+            return os.open(name or ".", flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=walk.fd)
+        except OSError as exc:
+            if name is not None and exc.errno == errno.ELOOP and walk.relook(name, want_dir=False):
+                continue
+            if name is None and exc.errno == errno.EISDIR:
+                raise ToolExecutionError(f"{path!r} is a directory, not a file") from None
+            raise
+
+
+def _require_regular(fd: int, path: str) -> None:
+    st = os.fstat(fd)
+    if stat.S_ISDIR(st.st_mode):
+        raise ToolExecutionError(f"{path!r} is a directory, not a file")
+    if not stat.S_ISREG(st.st_mode):
+        raise ToolExecutionError(
+            f"{path!r} is not a regular file (a FIFO, socket or device); it cannot be used"
+        )
 
 
 # Linux limits: a longer name or path fails in the OS with ENAMETOOLONG deep
@@ -201,40 +632,16 @@ def _check_name(path: str) -> None:
         )
 
 
-def unified_diff(rel_path: str, before: str, after: str) -> str:
-    """A git-style unified diff of one file's change."""
-    return "".join(
-        difflib.unified_diff(
-            before.splitlines(keepends=True),
-            after.splitlines(keepends=True),
-            fromfile=f"a/{rel_path}",
-            tofile=f"b/{rel_path}",
-        )
-    )
-
-
-def _match_lines(text: str, needle: str) -> list[int]:
-    lines: list[int] = []
-    start = text.find(needle)
-    while start != -1:
-        lines.append(text.count("\n", 0, start) + 1)
-        start = text.find(needle, start + 1)
-    return lines
-
-
-def _atomic_write(target: Path, content: bytes) -> None:
-    mode: int | None = None
-    with contextlib.suppress(FileNotFoundError):
-        mode = stat.S_IMODE(target.stat().st_mode)
-    if not _write_unnamed(target, content, mode):
-        _write_named(target, content, mode)
+def _atomic_write(dir_fd: int, name: str, content: bytes, mode: int | None) -> None:
+    if not _write_unnamed(dir_fd, name, content, mode):
+        _write_named(dir_fd, name, content, mode)
 
 
 # Errors meaning "this file system (or OS) has no O_TMPFILE": use a named temp file.
 _NO_TMPFILE = frozenset({errno.EOPNOTSUPP, errno.EINVAL, errno.EISDIR, errno.ENOENT})
 
 
-def _write_unnamed(target: Path, content: bytes, mode: int | None) -> bool:
+def _write_unnamed(dir_fd: int, name: str, content: bytes, mode: int | None) -> bool:
     """Write into an unnamed file (O_TMPFILE) and give it a name only once it is
     complete: a crash while writing (kill -9 of the server) leaves nothing behind
     in the workspace, where a named temporary file would stay half-written. The
@@ -243,61 +650,76 @@ def _write_unnamed(target: Path, content: bytes, mode: int | None) -> bool:
     flag = getattr(os, "O_TMPFILE", None)
     if flag is None:
         return False
-    dir_fd = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
+        fd = os.open(".", flag | os.O_WRONLY | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno in _NO_TMPFILE:
+            return False
+        raise
+    try:
+        _write_all(fd, content)
+        if mode is not None:
+            os.fchmod(fd, mode)
+        tmp = f".{name[:200]}.{secrets.token_hex(6)}.tmp"
         try:
-            fd = os.open(".", flag | os.O_WRONLY | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
-        except OSError as exc:
-            if exc.errno in _NO_TMPFILE:
-                return False
-            raise
-        try:
-            with os.fdopen(fd, "wb", closefd=False) as fh:
-                fh.write(content)
-                fh.flush()
-                os.fsync(fh.fileno())
-            if mode is not None:
-                os.fchmod(fd, mode)
-            tmp = str(target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp")
-            try:
-                # A dir fd makes os.link use linkat(AT_SYMLINK_FOLLOW), which links
-                # the file /proc/self/fd/N stands for (plain link() would not).
-                os.link(f"/proc/self/fd/{fd}", tmp, dst_dir_fd=dir_fd)
-            except FileNotFoundError:
-                return False  # no /proc to name the file by
-            try:
-                os.replace(tmp, target)
-            except BaseException:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)
-                raise
-        finally:
-            os.close(fd)
+            # A dir fd makes os.link use linkat(AT_SYMLINK_FOLLOW), which links
+            # the file /proc/self/fd/N stands for (plain link() would not).
+            os.link(f"/proc/self/fd/{fd}", tmp, dst_dir_fd=dir_fd)
+        except FileNotFoundError:
+            return False  # no /proc to name the file by
+        _replace(dir_fd, tmp, name)
     finally:
-        os.close(dir_fd)
+        os.close(fd)
     return True
 
 
-def _write_named(target: Path, content: bytes, mode: int | None) -> None:
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+def _write_named(dir_fd: int, name: str, content: bytes, mode: int | None) -> None:
+    tmp = f".{name[:200]}.{secrets.token_hex(6)}.tmp"
+    fd = os.open(
+        tmp,
+        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+        0o600,
+        dir_fd=dir_fd,
+    )
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(content)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, target)
+        try:
+            _write_all(fd, content)
+            if mode is not None:
+                os.fchmod(fd, mode)
+        finally:
+            os.close(fd)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+            os.unlink(tmp, dir_fd=dir_fd)
+        raise
+    _replace(dir_fd, tmp, name)
+
+
+def _write_all(fd: int, content: bytes) -> None:
+    view = memoryview(content)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.fsync(fd)
+
+
+def _replace(dir_fd: int, tmp: str, name: str) -> None:
+    """Rename ``tmp`` over ``name``, both in ``dir_fd``; ``tmp`` is removed on failure.
+    renameat replaces whatever ``name`` is then (a link swapped in included)
+    and never follows it."""
+    try:
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp, dir_fd=dir_fd)
         raise
 
 
-def _os_error(path: str, exc: OSError) -> ToolExecutionError | ToolPermissionDenied:
+def _os_error(path: str, exc: OSError) -> ToolError:
     reason = exc.strerror or str(exc)
     if exc.errno in (errno.EACCES, errno.EPERM):
         return ToolPermissionDenied(f"{path!r}: {reason}")
     if exc.errno == errno.ELOOP:
-        return ToolPermissionDenied(f"{path!r}: symlink loop")
+        return ToolPermissionDenied(f"{path!r}: symlink loop (or too many links)")
+    if exc.errno == errno.ENOENT:
+        return WorkspacePathNotFound(f"{path!r}: {reason}")
     return ToolExecutionError(f"{path!r}: {reason}")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal
@@ -28,17 +28,26 @@ from eventbus.errors import (
     BusNotStarted,
     CursorExpired,
     CursorInFuture,
+    EventLogError,
     EventNotSerializable,
     InvalidEvent,
     UnknownEventType,
 )
-from eventbus.log import MAX_REPLAY_LIMIT, MEMORY, EventLog
+from eventbus.log import MAX_REPLAY_LIMIT, MEMORY, EventLog, StorageFault
 from eventbus.log_access import LogAccess, ProcessLogAccess, ThreadLogAccess
 from eventbus.payloads import validate_payload
 from eventbus.record import EventRecord
-from eventbus.subscription import Subscription
+from eventbus.subscription import Subscription, Visibility
 
 DEBUG_ENV = "TOOLRELAY_EVENT_DEBUG"
+# What one replay page may hold (besides its count): a subscriber catching up
+# holds one page at a time, so this bounds its memory together with its queue.
+DEFAULT_REPLAY_PAGE_BYTES = 4 * 1024 * 1024
+# Backoff of the writer's retries through a storage fault, and how long it
+# keeps retrying once close() was called (a shutdown must end).
+RETRY_FIRST_S = 0.05
+RETRY_MAX_S = 1.0
+CLOSE_RETRY_S = 3.0
 
 # Maps each catalog name (and so each EventType member, which hashes as its
 # value) to the plain str: one lookup both checks and normalises the type.
@@ -57,6 +66,8 @@ class BusStats:
     pending: int
     subscribers: int
     dropped_subscribers: int
+    replay_pages: int = 0  # log pages requested by subscribers catching up
+    replay_records: int = 0  # records those pages returned
 
 
 def _positive(name: str, value: int) -> int:
@@ -77,9 +88,18 @@ class EventBus:
     ``fanout_chunk`` at a time; before a chunk that would overflow someone's
     queue the writer yields to the loop once, so subscribers that keep up can
     drain. ``max_queue`` bounds each live subscriber's queue (see
-    eventbus.subscription) and must hold at least one chunk.
+    eventbus.subscription) and must hold at least one chunk; ``max_queue_bytes``
+    (None: no limit) bounds the encoded size it holds as well. A replay page
+    holds at most ``replay_page_size`` events and, beyond its first event,
+    ``replay_page_bytes``.
     ``validate_payloads`` (default: the ``TOOLRELAY_EVENT_DEBUG`` environment
     variable) checks every payload against its model at publish time.
+
+    A storage fault (disk full, I/O error, read-only) does not stop it: it
+    turns degraded (``fault``), holds events in memory up to
+    ``max_pending_bytes`` and retries until a commit succeeds (see
+    ``_commit``). When it does stop for good, ``on_failure`` is called once
+    with the error (the server exits on it, for a supervisor to restart it).
     """
 
     def __init__(
@@ -88,10 +108,14 @@ class EventBus:
         *,
         log_access: Literal["process", "thread"] | None = None,
         max_queue: int = 1024,
+        max_queue_bytes: int | None = None,
         max_batch: int = 4096,
         fanout_chunk: int = 256,
         replay_page_size: int = 500,
+        replay_page_bytes: int = DEFAULT_REPLAY_PAGE_BYTES,
         validate_payloads: bool | None = None,
+        max_pending_bytes: int = 64 * 1024 * 1024,
+        on_failure: Callable[[BaseException], None] | None = None,
     ) -> None:
         self._log = log
         self._access: LogAccess | None = None
@@ -108,6 +132,9 @@ class EventBus:
             else:
                 raise ValueError(f"log_access must be 'process' or 'thread', got {log_access!r}")
         self._max_queue = _positive("max_queue", max_queue)
+        self._max_queue_bytes = (
+            None if max_queue_bytes is None else _positive("max_queue_bytes", max_queue_bytes)
+        )
         self._max_batch = _positive("max_batch", max_batch)
         self._fanout_chunk = _positive("fanout_chunk", fanout_chunk)
         if self._fanout_chunk > self._max_queue:
@@ -118,9 +145,18 @@ class EventBus:
         self._page_size = _positive("replay_page_size", replay_page_size)
         if self._page_size > MAX_REPLAY_LIMIT:
             raise ValueError(f"replay_page_size may not exceed {MAX_REPLAY_LIMIT}")
+        self._page_bytes = _positive("replay_page_bytes", replay_page_bytes)
         if validate_payloads is None:
             validate_payloads = os.environ.get(DEBUG_ENV, "") not in ("", "0", "false", "no")
         self._validate = validate_payloads
+        self._max_pending_bytes = _positive("max_pending_bytes", max_pending_bytes)
+        self._on_failure = on_failure
+        # The storage fault the writer is retrying through (None: healthy).
+        self._fault: StorageFault | None = None
+        # The log process died while the writer was idle (see _log_lost).
+        self._lost: EventLogError | None = None
+        if isinstance(self._access, ProcessLogAccess):
+            self._access.on_lost = self._log_lost
 
         self._state = "new"  # new -> running -> closing -> closed
         self._failure: BaseException | None = None
@@ -147,6 +183,8 @@ class EventBus:
         self._batches = 0
         self._largest_batch = 0
         self._dropped = 0
+        self._replay_pages = 0
+        self._replay_records = 0
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -218,6 +256,19 @@ class EventBus:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+    @property
+    def fault(self) -> str | None:
+        """While a storage fault stops commits: what failed (``"disk full (...)"``).
+
+        The bus is degraded then, not stopped: it keeps events in memory and
+        retries; ``None`` again once a commit succeeds."""
+        return None if self._fault is None else self._fault.cause
+
+    @property
+    def failure(self) -> BaseException | None:
+        """Why the bus stopped for good after a log failure (None otherwise)."""
+        return self._failure
 
     @property
     def running(self) -> bool:
@@ -312,6 +363,8 @@ class EventBus:
     async def _run_writer(self) -> None:
         try:
             while True:
+                if self._lost is not None:
+                    raise self._lost
                 if not self._pending:
                     if self._state != "running":
                         return
@@ -323,7 +376,7 @@ class EventBus:
                 batch = self._pending[: self._max_batch]
                 del self._pending[: self._max_batch]
                 if self._access is not None:
-                    await self._access.append(batch)
+                    await self._commit(batch)
                 self._committed += len(batch)
                 self._batches += 1
                 self._largest_batch = max(self._largest_batch, len(batch))
@@ -333,6 +386,46 @@ class EventBus:
             raise
         except Exception as exc:
             self._fail(exc)
+
+    async def _commit(self, batch: list[EventRecord]) -> None:
+        """Commit one batch, riding out storage faults.
+
+        A StorageFault (disk full, I/O error, read-only) wrote nothing of the
+        batch: the bus turns *degraded* (``fault``), keeps accepting events in
+        memory and retries the same batch with backoff, so it resumes by itself
+        when the fault clears and nothing already acknowledged is lost. It gives
+        up (StorageFault raised: the bus stops for good) when the events held in
+        memory pass ``max_pending_bytes``, or after ``CLOSE_RETRY_S`` once
+        ``close()`` was called. Any other error stops the bus at once.
+        """
+        assert self._access is not None
+        delay = RETRY_FIRST_S
+        gave_up_at: float | None = None
+        while True:
+            try:
+                await self._access.append(batch)
+            except StorageFault as exc:
+                first = self._fault is None
+                self._fault = exc
+                if first:
+                    self._signal_progress()  # waiters may want to look at the fault
+                held = sum(len(r.text) for r in batch) + sum(len(r.text) for r in self._pending)
+                if held > self._max_pending_bytes:
+                    raise StorageFault(
+                        f"{exc}; {held} bytes of events wait in memory, over the "
+                        f"{self._max_pending_bytes} allowed: giving up",
+                        cause=exc.cause,
+                    ) from exc
+                if self._state != "running":
+                    now = asyncio.get_running_loop().time()
+                    gave_up_at = gave_up_at or now + CLOSE_RETRY_S
+                    if now >= gave_up_at:
+                        raise
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_S)
+                continue
+            self._fault = None
+            return
 
     async def _deliver(self, batch: list[EventRecord]) -> None:
         """Fan out a committed batch a chunk at a time.
@@ -346,31 +439,46 @@ class EventBus:
         size = self._fanout_chunk
         for start in range(0, len(batch), size):
             chunk = batch[start : start + size]
-            if self._someone_full(len(chunk)):
+            if self._someone_full(chunk):
                 await asyncio.sleep(0)
             self._fan_out(chunk)
             self._delivered_seq = chunk[-1].seq
         self._signal_progress()
 
-    def _someone_full(self, incoming: int) -> bool:
+    def _someone_full(self, chunk: list[EventRecord]) -> bool:
+        # Counted over the whole chunk: an upper bound for session and filtered
+        # subscribers, which take only part of it (at worst one needless yield).
+        incoming = len(chunk)
+        size = 0
+        for record in chunk:
+            size += len(record.text)
         for sub in self._global_subs:
-            if sub.queued + incoming > sub.max_queue:
+            if _would_overflow(sub, incoming, size):
                 return True
         for subs in self._session_subs.values():
             for sub in subs:
-                if sub.queued + incoming > sub.max_queue:
+                if _would_overflow(sub, incoming, size):
                     return True
         return False
+
+    def _log_lost(self, exc: EventLogError) -> None:
+        """The log process is gone: the writer stops the bus now, idle or not."""
+        self._lost = exc
+        self._wake.set()
 
     def _fail(self, exc: BaseException) -> None:
         """Stop for good: what was not committed is never delivered."""
         self._failure = exc
+        self._fault = None
         self._pending = []
         end = BusClosed(f"the event bus stopped after an event log failure: {exc}")
         end.__cause__ = exc
         self._shutdown(end)
         if self._access is not None:
             self._access.abort()
+        if self._on_failure is not None and not isinstance(exc, BusClosed):
+            # The owner decides what a dead bus means (the server exits non-zero).
+            self._on_failure(exc)
 
     def _signal_progress(self) -> None:
         progress, self._progress = self._progress, asyncio.Event()
@@ -413,9 +521,18 @@ class EventBus:
         session_id: str | None = None,
         after: int | None = None,
         max_queue: int | None = None,
+        max_queue_bytes: int | None = None,
+        visible: Visibility | None = None,
+        visible_sessions: Callable[[], Collection[str]] | None = None,
     ) -> Subscription:
         """A stream of one session's events (cursor ``session_seq``) or of all
         (``session_id=None``, cursor ``seq``).
+
+        ``max_queue``/``max_queue_bytes`` bound its live queue in events and in
+        encoded bytes (defaults: the bus's). For the all-sessions stream,
+        ``visible`` filters it to the sessions the predicate accepts, and
+        ``visible_sessions`` (required with it) names them for log reads, which
+        then read only those sessions' rows (see eventbus.subscription).
 
         With ``after``, it first yields what the log holds after the cursor,
         then live events, with no gap and no repeat. Without it, it starts
@@ -435,21 +552,35 @@ class EventBus:
                 f"max_queue ({queue}) may not be below the bus's fanout_chunk "
                 f"({self._fanout_chunk})"
             )
+        queue_bytes = (
+            self._max_queue_bytes
+            if max_queue_bytes is None
+            else _positive("max_queue_bytes", max_queue_bytes)
+        )
+        if (visible is None) != (visible_sessions is None):
+            raise ValueError("visible and visible_sessions go together: pass both or neither")
+        if visible is not None and session_id is not None:
+            raise ValueError("visible filters the all-sessions stream only (session_id=None)")
         latest = self._seq if session_id is None else self._session_seqs.get(session_id, 0)
         if after is not None and after > latest:
             raise CursorInFuture(cursor=after, latest_cursor=latest, session_id=session_id)
 
         async def read_page(cursor: int, limit: int) -> list[EventRecord]:
-            return await self._read_page(session_id, cursor, limit)
+            if visible_sessions is None:
+                return await self._read_page(session_id, cursor, limit)
+            return await self._read_visible_page(sorted(visible_sessions()), cursor, limit)
 
         sub = Subscription(
             session_id=session_id,
             after=after,
             max_queue=queue,
             page_size=self._page_size,
+            page_bytes=self._page_bytes,
             read_page=read_page,
             on_close=self._unregister,
             replayable=self._access is not None,
+            max_bytes=queue_bytes,
+            visible=visible,
         )
         # Register before the first log read: see eventbus.subscription.
         if session_id is None:
@@ -475,20 +606,51 @@ class EventBus:
             if after < delivered:
                 raise CursorExpired(cursor=after, oldest_cursor=delivered, session_id=session_id)
             return []
-        return await self._access.read_page(session_id, after, limit)
+        self._replay_pages += 1
+        page = await self._access.read_page(session_id, after, limit, max_bytes=self._page_bytes)
+        self._replay_records += len(page)
+        return page
 
-    async def prune(self, *, keep_last: int) -> int:
-        """Delete all but the newest ``keep_last`` events from the log (0 without one).
+    async def _read_visible_page(
+        self, sessions: list[str], after: int, limit: int
+    ) -> list[EventRecord]:
+        """A page of the all-sessions stream holding only ``sessions``' events."""
+        if self._state != "running":
+            self._refuse()
+        if not sessions or self._access is None:
+            # Nothing visible, nothing to read: no page is requested at all.
+            return []
+        self._replay_pages += 1
+        page = await self._access.read_page(
+            None, after, limit, sessions=sessions, max_bytes=self._page_bytes
+        )
+        self._replay_records += len(page)
+        return page
+
+    async def prune(
+        self,
+        *,
+        keep_last: int | None = None,
+        max_bytes: int | None = None,
+        max_age_s: float | None = None,
+    ) -> int:
+        """Apply a retention policy to the log (0 without one): keep the newest
+        ``keep_last`` events, none older than ``max_age_s`` seconds, and the
+        log's pages in use within ``max_bytes`` (see ``EventLog.prune``).
 
         Runs where the log is written (its process or thread), off the loop.
         """
-        if not isinstance(keep_last, int) or isinstance(keep_last, bool) or keep_last < 0:
+        if keep_last is not None and (
+            not isinstance(keep_last, int) or isinstance(keep_last, bool) or keep_last < 0
+        ):
             raise ValueError(f"keep_last must be a non-negative integer, got {keep_last!r}")
+        if keep_last is None and max_bytes is None and max_age_s is None:
+            raise ValueError("prune needs keep_last, max_bytes or max_age_s")
         if self._state != "running":
             self._refuse()
         if self._access is None:
             return 0
-        return await self._access.prune(keep_last)
+        return await self._access.prune(keep_last, max_bytes, max_age_s)
 
     def _unregister(self, sub: Subscription) -> None:
         subs = (
@@ -516,4 +678,12 @@ class EventBus:
             pending=len(self._pending),
             subscribers=self.subscriber_count(),
             dropped_subscribers=self._dropped,
+            replay_pages=self._replay_pages,
+            replay_records=self._replay_records,
         )
+
+
+def _would_overflow(sub: Subscription, incoming: int, size: int) -> bool:
+    if sub.queued + incoming > sub.max_queue:
+        return True
+    return sub.max_bytes is not None and sub.queued_bytes + size > sub.max_bytes

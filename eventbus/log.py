@@ -23,13 +23,17 @@ after a power loss the most recent commits may be rolled back, never torn.
 
 from __future__ import annotations
 
+import errno
+import heapq
+import itertools
 import json
 import os
 import re
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -50,6 +54,11 @@ CREATE TABLE IF NOT EXISTS events (
     json         TEXT    NOT NULL
 );
 CREATE UNIQUE INDEX IF NOT EXISTS events_by_session ON events (session_id, session_seq);
+-- Only turns' terminal events: crash recovery asks which turns already ended (turn_ends).
+CREATE INDEX IF NOT EXISTS events_turn_end ON events (turn_id)
+    WHERE type IN ('turn.cancelled', 'turn.completed', 'turn.failed');
+-- Filtered all-sessions replays seek each visible session by seq (replay_page).
+CREATE INDEX IF NOT EXISTS events_by_session_and_seq ON events (session_id, seq);
 CREATE TABLE IF NOT EXISTS session_counters (
     session_id        TEXT    PRIMARY KEY,
     last_session_seq  INTEGER NOT NULL,
@@ -103,9 +112,67 @@ _PAGE_SESSION = _PAGE.format(
     order="session_seq",
 )
 _RECORD_SEPARATOR = "\x1e"
+# One visible session's events after a global cursor, in seq order: stepped
+# lazily, so a filtered page reads about as many rows as it returns.
+_SESSION_BY_SEQ = (
+    "SELECT seq, session_seq, session_id, type, turn_id, ts, json FROM events "
+    "WHERE session_id = ? AND seq > ? ORDER BY seq"
+)
+_BOUNDS_ALL = "SELECT (SELECT MIN(seq) FROM events), (SELECT MAX(last_seq) FROM session_counters)"
 
 MEMORY = ":memory:"
+_NO_BYTE_CAP = 1 << 62
+# Bytes a row costs beyond its text and session id (integers, type, ts, index
+# entries); an estimate for size-based pruning, corrected by the next prune.
+_ROW_OVERHEAD = 96
 MAX_REPLAY_LIMIT = 10_000
+# The same text as the partial index's WHERE, so SQLite can use that index.
+_TURN_ENDS = (
+    "SELECT turn_id, json FROM events WHERE type IN ('turn.cancelled', 'turn.completed', "
+    "'turn.failed') AND turn_id IN (SELECT value FROM json_each(?)) ORDER BY seq"
+)
+
+# SQLite result codes that mean the storage under the file failed, not the
+# request: the same write may succeed once the fault clears (space is freed,
+# the disk is remounted read-write), so the bus retries instead of stopping.
+_STORAGE_FAULTS = (
+    ("SQLITE_FULL", "disk full"),
+    ("SQLITE_IOERR", "I/O error"),
+    ("SQLITE_READONLY", "read-only storage"),
+    ("SQLITE_CANTOPEN", "cannot open a database file"),
+)
+
+
+class StorageFault(EventLogError):
+    """A write failed because of the storage (disk full, I/O error, read-only).
+
+    Nothing of the batch was written; the same batch may be retried.
+    ``cause`` says what failed in a few words plus SQLite's message.
+    """
+
+    def __init__(self, message: str, *, cause: str) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
+def storage_cause(exc: BaseException) -> str | None:
+    """What ``exc`` says about the storage (``"disk full (...)"``), or None if it
+    is not a storage fault (a bug, a second writer, a corrupt file)."""
+    if isinstance(exc, StorageFault):
+        return exc.cause
+    if isinstance(exc, sqlite3.Error):
+        name = getattr(exc, "sqlite_errorname", None) or ""
+        for prefix, what in _STORAGE_FAULTS:
+            if name.startswith(prefix):
+                return f"{what} ({exc})"
+    if isinstance(exc, OSError) and exc.errno is not None:
+        if exc.errno == errno.ENOSPC:
+            return f"disk full ({exc.strerror})"
+        if exc.errno == errno.EROFS:
+            return f"read-only storage ({exc.strerror})"
+        if exc.errno == errno.EIO:
+            return f"I/O error ({exc.strerror})"
+    return None
 
 
 def unpack_page(meta_json: str, texts: str | None) -> list[EventRecord]:
@@ -127,6 +194,28 @@ def unpack_page(meta_json: str, texts: str | None) -> list[EventRecord]:
     return records
 
 
+def _cut_page(meta_json: str, texts: str, max_bytes: int) -> tuple[str, str]:
+    """The leading rows of a packed page (in seq order) while the texts before
+    each add up to less than ``max_bytes``: at least the first row."""
+    meta: list[list[Any]] = json.loads(meta_json)
+    parts = texts.split(_RECORD_SEPARATOR)
+    if len(parts) != len(meta):
+        raise EventLogError("event log page is inconsistent (a text holds a 0x1E byte)")
+    rows = sorted(zip(meta, parts, strict=True), key=lambda pair: int(pair[0][0]))
+    kept = 0
+    size = 0
+    for _, text in rows:
+        if size >= max_bytes:
+            break
+        kept += 1
+        size += len(text)
+    rows = rows[:kept]
+    return (
+        json.dumps([m for m, _ in rows], separators=(",", ":")),
+        _RECORD_SEPARATOR.join(t for _, t in rows),
+    )
+
+
 def _by_seq(record: EventRecord) -> int:
     return record.seq
 
@@ -144,6 +233,13 @@ def _row_from_text(text: str) -> Row:
     seq, session_seq, type_, session_id, turn_id, ts = match.groups()
     turn = None if turn_id == "null" else _json_string(turn_id)
     return (int(seq), int(session_seq), _json_string(session_id), type_, turn, ts, text)
+
+
+def _rfc3339(epoch: float) -> str:
+    """An instant in the format of eventbus.encoding.UtcClock (so strings compare)."""
+    second = int(epoch)
+    micros = min(int((epoch - second) * 1_000_000), 999_999)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)) + f".{micros:06d}Z"
 
 
 def _check_limit(limit: int) -> None:
@@ -182,6 +278,8 @@ class EventLog:
             self._write_lock if read_conn is write_conn else threading.Lock()
         )
         self._last_seq = last_seq
+        # (first, last) of a batch whose write failed: its retry may find it written.
+        self._uncertain: tuple[int, int] | None = None
         self._closed = False
 
     # -- opening -----------------------------------------------------------------------
@@ -302,6 +400,10 @@ class EventLog:
         with self._write_lock:
             self._check_open()
             if first <= self._last_seq:
+                if self._uncertain == (first, last) and last <= self._last_seq:
+                    # A retry of a batch whose commit reported an error but landed.
+                    self._uncertain = None
+                    return
                 raise EventLogError(
                     f"event log {self._path!r}: batch starts at seq {first} but seq "
                     f"{self._last_seq} is already written (is a second bus writing to it?)"
@@ -309,36 +411,132 @@ class EventLog:
             conn = self._write
             try:
                 conn.execute("BEGIN IMMEDIATE")
-                try:
-                    conn.executemany(_INSERT, rows)
-                    conn.execute(_UPDATE_COUNTERS, (first, last))
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
+                conn.executemany(_INSERT, rows)
+                conn.execute(_UPDATE_COUNTERS, (first, last))
                 conn.execute("COMMIT")
             except sqlite3.Error as exc:
+                self._after_failed_write(first, last)
+                cause = storage_cause(exc)
+                if cause is not None:
+                    raise StorageFault(
+                        f"event log {self._path!r} write failed: {cause}", cause=cause
+                    ) from exc
                 raise EventLogError(f"event log {self._path!r} write failed: {exc}") from exc
+            except BaseException:
+                self._after_failed_write(first, last)
+                raise
             self._last_seq = last
+            self._uncertain = None
 
-    def prune(self, *, keep_last: int) -> int:
-        """Delete all but the newest ``keep_last`` events; returns how many were deleted.
+    def _after_failed_write(self, first: int, last: int) -> None:
+        """Leave the write connection usable after a failed batch.
 
-        Counters are kept, so ``seq`` and ``session_seq`` continue after pruning;
-        replaying from a pruned cursor raises CursorExpired.
+        A failed statement or COMMIT may leave the transaction open (SQLite
+        rolls back by itself only for some errors), and a ROLLBACK on a
+        transaction SQLite already ended raises: both are handled here, so a
+        full disk does not turn into "cannot start a transaction within a
+        transaction" on every later write. If even the COMMIT's outcome is
+        unknown, the last seq is read back: a retry of the same batch is then
+        recognised as already written.
         """
-        if not isinstance(keep_last, int) or isinstance(keep_last, bool) or keep_last < 0:
-            raise ValueError(f"keep_last must be a non-negative integer, got {keep_last!r}")
+        conn = self._write
+        if conn.in_transaction:
+            with suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+        with suppress(sqlite3.Error):
+            self._last_seq = self._query_last_seq(conn)
+        self._uncertain = (first, last)
+
+    def prune(
+        self,
+        *,
+        keep_last: int | None = None,
+        max_bytes: int | None = None,
+        max_age_s: float | None = None,
+        now: float | None = None,
+    ) -> int:
+        """Apply a retention policy; returns how many events were deleted.
+
+        Each limit given deletes the oldest events past it: ``keep_last`` keeps
+        the newest N events, ``max_age_s`` deletes events older than that many
+        seconds (before ``now``, default the current time), ``max_bytes``
+        deletes oldest events until the database's pages in use (rows and
+        indexes) fit in that many bytes. Counters are kept, so ``seq`` and
+        ``session_seq`` continue after pruning; replaying from a pruned cursor
+        raises CursorExpired.
+        """
+        _check_cursor("keep_last", keep_last)
+        if max_bytes is not None and (
+            not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 0
+        ):
+            raise ValueError(f"max_bytes must be a non-negative integer or None, got {max_bytes!r}")
+        if max_age_s is not None and (
+            not isinstance(max_age_s, int | float)
+            or isinstance(max_age_s, bool)
+            or not max_age_s >= 0
+        ):
+            raise ValueError(f"max_age_s must be a non-negative number or None, got {max_age_s!r}")
+        if keep_last is None and max_bytes is None and max_age_s is None:
+            raise ValueError("prune needs keep_last, max_bytes or max_age_s")
         with self._write_lock:
             self._check_open()
+            conn = self._write
+            deleted = 0
             try:
-                # MAX(seq) from the table, not a cached value: another process may write.
-                cur = self._write.execute(
-                    "DELETE FROM events WHERE seq <= (SELECT MAX(seq) FROM events) - ?",
-                    (keep_last,),
-                )
+                if keep_last is not None:
+                    # MAX(seq) from the table, not a cached value: another process may write.
+                    deleted += conn.execute(
+                        "DELETE FROM events WHERE seq <= (SELECT MAX(seq) FROM events) - ?",
+                        (keep_last,),
+                    ).rowcount
+                if max_age_s is not None:
+                    cutoff = _rfc3339((time.time() if now is None else now) - max_age_s)
+                    # Timestamps grow with seq: walking from the oldest row to the first
+                    # young one reads only the rows it deletes (ts is not indexed).
+                    row = conn.execute(
+                        "SELECT seq FROM events WHERE ts >= ? ORDER BY seq LIMIT 1", (cutoff,)
+                    ).fetchone()
+                    if row is None:
+                        deleted += conn.execute("DELETE FROM events").rowcount
+                    else:
+                        deleted += conn.execute(
+                            "DELETE FROM events WHERE seq < ?", (row[0],)
+                        ).rowcount
+                if max_bytes is not None:
+                    deleted += self._prune_to_size(conn, max_bytes)
             except sqlite3.Error as exc:
                 raise EventLogError(f"event log {self._path!r} prune failed: {exc}") from exc
-            return cur.rowcount
+            return deleted
+
+    @staticmethod
+    def _prune_to_size(conn: sqlite3.Connection, max_bytes: int) -> int:
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        free = conn.execute("PRAGMA freelist_count").fetchone()[0]
+        excess = (pages - free) * page_size - max_bytes
+        if excess <= 0:
+            return 0
+        # Walk from the oldest event, adding up what each row costs (its text plus
+        # a rough share of row and index overhead), until the excess is covered:
+        # only the rows to delete are read. Freed pages are reused by later
+        # writes, so the file stops growing near max_bytes.
+        upto: int | None = None
+        freed = 0
+        rows = conn.execute(
+            "SELECT seq, length(json) + 2 * length(session_id) + ? FROM events ORDER BY seq",
+            (_ROW_OVERHEAD,),
+        )
+        try:
+            for seq, size in rows:
+                upto = seq
+                freed += size
+                if freed >= excess:
+                    break
+        finally:
+            rows.close()
+        if upto is None:
+            return 0
+        return conn.execute("DELETE FROM events WHERE seq <= ?", (upto,)).rowcount
 
     # -- reading -----------------------------------------------------------------------
 
@@ -363,20 +561,51 @@ class EventLog:
         return unpack_page(*self.replay_page(session_id, after_session_seq, limit))
 
     def replay_page(
-        self, session_id: str | None, after: int | None, limit: int
+        self,
+        session_id: str | None,
+        after: int | None,
+        limit: int,
+        *,
+        sessions: Sequence[str] | None = None,
+        max_bytes: int | None = None,
     ) -> tuple[str, str | None]:
         """One replay page, packed: ``(metadata JSON array, texts joined by 0x1E)``.
 
         The log process sends this pair as is; ``eventbus.log.unpack_page``
         turns it into records. ``session_id=None`` pages through all sessions
         by ``seq``, otherwise through one session by ``session_seq``.
+        ``sessions`` (with ``session_id=None``) keeps only those sessions'
+        events and reads only their rows: the page costs what it returns.
+        ``max_bytes`` bounds the page's texts too: rows are taken while those
+        before add up to less (so at least one is, however large); a page cut
+        that way holds ``max_bytes`` or more.
         """
         _check_cursor("after", after)
         _check_limit(limit)
+        if sessions is not None:
+            if session_id is not None:
+                raise ValueError("sessions filters all-sessions pages only (session_id=None)")
+            if isinstance(sessions, str) or not all(isinstance(s, str) and s for s in sessions):
+                raise ValueError(f"sessions must be a list of session ids, got {sessions!r}")
+        if max_bytes is not None and (
+            not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 1
+        ):
+            raise ValueError(f"max_bytes must be a positive integer or None, got {max_bytes!r}")
+        byte_cap = _NO_BYTE_CAP if max_bytes is None else max_bytes
         params = {"sid": session_id, "after": after or 0, "limit": limit}
         with self._reading() as conn:
-            row = conn.execute(_PAGE_ALL if session_id is None else _PAGE_SESSION, params)
-            oldest, last, meta, texts = row.fetchone()
+            if sessions is None:
+                row = conn.execute(_PAGE_ALL if session_id is None else _PAGE_SESSION, params)
+                oldest, last, meta, texts = row.fetchone()
+                # Envelopes are ASCII: len() counts bytes. Usually nothing to cut,
+                # and then the byte bound costs nothing (a window function in the
+                # query made every page about 3x slower).
+                if texts is not None and len(texts) > byte_cap:
+                    meta, texts = _cut_page(meta, texts, byte_cap)
+            else:
+                oldest, last, meta, texts = self._visible_page(
+                    conn, sessions, after or 0, limit, byte_cap
+                )
         if after is not None:
             # With events held, the one before the oldest is the oldest usable cursor;
             # with none held, only "after the last event ever written" is gapless.
@@ -386,6 +615,57 @@ class EventLog:
                     cursor=after, oldest_cursor=oldest_cursor, session_id=session_id
                 )
         return meta, texts
+
+    def _visible_page(
+        self,
+        conn: sqlite3.Connection,
+        sessions: Sequence[str],
+        after: int,
+        limit: int,
+        max_bytes: int,
+    ) -> tuple[int | None, int | None, str, str | None]:
+        """A page of the given sessions' events merged in ``seq`` order.
+
+        One cursor per session walks the (session_id, seq) index from the
+        cursor on; a k-way merge takes ``limit`` rows, so at most
+        ``limit + len(sessions)`` rows are stepped over, whatever the log holds
+        for other sessions. One read transaction keeps the statements on one
+        snapshot.
+        """
+        conn.execute("BEGIN")
+        cursors: list[sqlite3.Cursor] = []
+        try:
+            oldest, last = conn.execute(_BOUNDS_ALL).fetchone()
+            for sid in dict.fromkeys(sessions):  # each once, in the caller's order
+                cursors.append(conn.execute(_SESSION_BY_SEQ, (sid, after)))
+            rows: list[Row] = []
+            size = 0
+            for row in itertools.islice(heapq.merge(*cursors), limit):
+                if size >= max_bytes:
+                    break
+                rows.append(row)
+                size += len(row[6])
+        finally:
+            for cursor in cursors:
+                cursor.close()
+            conn.execute("COMMIT")
+        meta = json.dumps([list(r[:6]) for r in rows], separators=(",", ":"))
+        texts = _RECORD_SEPARATOR.join(r[6] for r in rows) if rows else None
+        return oldest, last, meta, texts
+
+    def turn_ends(self, turn_ids: Sequence[str]) -> dict[str, str]:
+        """The terminal event (``turn.completed|failed|cancelled``) of each of
+        ``turn_ids`` the log holds, as envelope text by turn id (the first one
+        if, against the rules, there are several). Crash recovery uses it to
+        tell a turn that ended before the crash from one that did not."""
+        ids = list(dict.fromkeys(turn_ids))
+        if not all(isinstance(t, str) and t for t in ids):
+            raise ValueError(f"turn_ids must be non-empty strings, got {turn_ids!r}")
+        ends: dict[str, str] = {}
+        with self._reading() as conn:
+            for turn_id, text in conn.execute(_TURN_ENDS, (json.dumps(ids),)):
+                ends.setdefault(turn_id, text)
+        return ends
 
     def last_seq(self) -> int:
         """The highest ``seq`` ever written (0 for a new log), pruned or not."""

@@ -24,12 +24,14 @@ import asyncio
 import json
 import sys
 from collections import deque
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Protocol
 
 from eventbus.errors import CursorExpired, EventLogError
-from eventbus.log import EventLog, unpack_page
+from eventbus.log import EventLog, StorageFault, unpack_page
 from eventbus.log_server import (
     APPEND,
     ERROR,
@@ -64,12 +66,29 @@ class LogAccess(Protocol):
         """Commit the records (one group commit) or raise EventLogError."""
         ...
 
-    async def read_page(self, session_id: str | None, after: int, limit: int) -> list[EventRecord]:
-        """Up to ``limit`` records after the cursor; CursorExpired if pruned."""
+    async def read_page(
+        self,
+        session_id: str | None,
+        after: int,
+        limit: int,
+        *,
+        sessions: Sequence[str] | None = None,
+        max_bytes: int | None = None,
+    ) -> list[EventRecord]:
+        """Up to ``limit`` records after the cursor; CursorExpired if pruned.
+
+        ``sessions`` (all-sessions pages only) reads just those sessions' rows;
+        ``max_bytes`` bounds the page's size (see ``EventLog.replay_page``).
+        """
         ...
 
-    async def prune(self, keep_last: int) -> int:
-        """Delete all but the newest ``keep_last`` events; how many were deleted."""
+    async def prune(
+        self,
+        keep_last: int | None,
+        max_bytes: int | None = None,
+        max_age_s: float | None = None,
+    ) -> int:
+        """Apply a retention policy (see ``EventLog.prune``); how many were deleted."""
         ...
 
     async def close(self) -> None:
@@ -101,14 +120,37 @@ class ThreadLogAccess:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._executor, self._log.append_many, records)
 
-    async def read_page(self, session_id: str | None, after: int, limit: int) -> list[EventRecord]:
-        packed = await asyncio.to_thread(self._log.replay_page, session_id, after, limit)
+    async def read_page(
+        self,
+        session_id: str | None,
+        after: int,
+        limit: int,
+        *,
+        sessions: Sequence[str] | None = None,
+        max_bytes: int | None = None,
+    ) -> list[EventRecord]:
+        packed = await asyncio.to_thread(
+            partial(
+                self._log.replay_page,
+                session_id,
+                after,
+                limit,
+                sessions=sessions,
+                max_bytes=max_bytes,
+            )
+        )
         return unpack_page(*packed)
 
-    async def prune(self, keep_last: int) -> int:
+    async def prune(
+        self,
+        keep_last: int | None,
+        max_bytes: int | None = None,
+        max_age_s: float | None = None,
+    ) -> int:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
-            self._executor, lambda: self._log.prune(keep_last=keep_last)
+            self._executor,
+            lambda: self._log.prune(keep_last=keep_last, max_bytes=max_bytes, max_age_s=max_age_s),
         )
 
     async def close(self) -> None:
@@ -137,6 +179,9 @@ class ProcessLogAccess:
         self._reader: asyncio.Task[None] | None = None
         self._failure: EventLogError | None = None
         self._closing = False
+        # Told when the child dies unasked, so an idle bus learns it at once
+        # (not at its next write) and the server can exit for a restart.
+        self.on_lost: Callable[[EventLogError], None] | None = None
 
     @property
     def pid(self) -> int | None:
@@ -180,14 +225,32 @@ class ProcessLogAccess:
             return
         await self._request(APPEND, RECORD_SEPARATOR.join([r.text for r in records]).encode())
 
-    async def read_page(self, session_id: str | None, after: int, limit: int) -> list[EventRecord]:
-        request = {"session_id": session_id, "after": after, "limit": limit}
+    async def read_page(
+        self,
+        session_id: str | None,
+        after: int,
+        limit: int,
+        *,
+        sessions: Sequence[str] | None = None,
+        max_bytes: int | None = None,
+    ) -> list[EventRecord]:
+        request: dict[str, object] = {"session_id": session_id, "after": after, "limit": limit}
+        if sessions is not None:
+            request["sessions"] = list(sessions)
+        if max_bytes is not None:
+            request["max_bytes"] = max_bytes
         reply = (await self._request(REPLAY, json.dumps(request).encode())).decode()
         meta, _, texts = reply.partition("\n")
         return unpack_page(meta, texts or None)
 
-    async def prune(self, keep_last: int) -> int:
-        reply = await self._request(PRUNE, json.dumps({"keep_last": keep_last}).encode())
+    async def prune(
+        self,
+        keep_last: int | None,
+        max_bytes: int | None = None,
+        max_age_s: float | None = None,
+    ) -> int:
+        policy = {"keep_last": keep_last, "max_bytes": max_bytes, "max_age_s": max_age_s}
+        reply = await self._request(PRUNE, json.dumps(policy).encode())
         return int(reply)
 
     async def close(self) -> None:
@@ -257,9 +320,12 @@ class ProcessLogAccess:
             self._fail(exc)
 
     def _fail(self, exc: EventLogError) -> None:
-        if self._failure is None:
+        first = self._failure is None
+        if first:
             self._failure = exc
         self._fail_waiting(exc)
+        if first and not self._closing and self.on_lost is not None:
+            self.on_lost(exc)
 
     def _fail_waiting(self, exc: EventLogError) -> None:
         while self._waiting:
@@ -293,4 +359,7 @@ def _error_from(payload: bytes) -> EventLogError | CursorExpired:
             oldest_cursor=int(body["oldest_cursor"]),
             session_id=body.get("session_id"),
         )
-    return EventLogError(str(body.get("message", "the event log process failed")))
+    message = str(body.get("message", "the event log process failed"))
+    if body.get("kind") == "storage":
+        return StorageFault(message, cause=str(body.get("cause", message)))
+    return EventLogError(message)

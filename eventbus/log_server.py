@@ -12,11 +12,13 @@ is one op byte, a 4-byte big-endian length and that many payload bytes
   or ``E`` + error JSON, after which the child exits.
 - ``A`` append: the envelopes joined by 0x1E.
   Reply ``K`` with an empty payload once committed.
-- ``R`` replay: JSON ``{"session_id", "after", "limit"}``. Reply ``K`` +
+- ``R`` replay: JSON ``{"session_id", "after", "limit", "sessions"?, "max_bytes"?}``. Reply ``K`` +
   metadata JSON + ``"\\n"`` + texts joined by 0x1E (see ``EventLog.replay_page``).
-- ``P`` prune: JSON ``{"keep_last"}``. Reply ``K`` + the number deleted.
-- Errors: ``E`` + JSON ``{"kind": "expired"|"log", "message", ...}``; the
-  child keeps serving. End of input ends the child (the parent closed the
+- ``P`` prune: JSON ``{"keep_last", "max_bytes", "max_age_s"}`` (each may be
+  null). Reply ``K`` + the number deleted.
+- Errors: ``E`` + JSON ``{"kind": "expired"|"storage"|"log", "message", ...}``
+  (``storage`` adds ``cause``: the write may succeed once the fault clears);
+  the child keeps serving. End of input ends the child (the parent closed the
   pipe, or died).
 """
 
@@ -31,7 +33,7 @@ import sys
 from typing import BinaryIO
 
 from eventbus.errors import CursorExpired, EventLogError
-from eventbus.log import EventLog
+from eventbus.log import EventLog, StorageFault
 
 HEADER = struct.Struct(">cI")
 OK = b"K"
@@ -76,6 +78,8 @@ def _error_payload(exc: Exception) -> bytes:
             "oldest_cursor": exc.oldest_cursor,
             "session_id": exc.session_id,
         }
+    elif isinstance(exc, StorageFault):
+        body = {"kind": "storage", "message": str(exc), "cause": exc.cause}
     else:
         body = {"kind": "log", "message": str(exc)}
     return json.dumps(body).encode()
@@ -88,10 +92,22 @@ def handle(log: EventLog, op: bytes, payload: bytes) -> bytes:
         return b""
     if op == REPLAY:
         request = json.loads(payload)
-        meta, joined = log.replay_page(request["session_id"], request["after"], request["limit"])
+        meta, joined = log.replay_page(
+            request["session_id"],
+            request["after"],
+            request["limit"],
+            sessions=request.get("sessions"),
+            max_bytes=request.get("max_bytes"),
+        )
         return (meta + "\n" + (joined or "")).encode()
     if op == PRUNE:
-        return str(log.prune(keep_last=json.loads(payload)["keep_last"])).encode()
+        policy = json.loads(payload)
+        deleted = log.prune(
+            keep_last=policy.get("keep_last"),
+            max_bytes=policy.get("max_bytes"),
+            max_age_s=policy.get("max_age_s"),
+        )
+        return str(deleted).encode()
     raise EventLogError(f"unknown log request op {op!r}")
 
 

@@ -14,6 +14,16 @@ the subscription goes back to reading the log. To rule out a gap, it only
 trusts a read that *began after* the last overflow. Once it has caught up,
 an overflow means the consumer is too slow: it is cut off (SubscriberTooSlow)
 and the publisher never waits.
+
+The queue is bounded twice: by a count of records (``max_queue``) and by
+their encoded size (``max_bytes``), because a few large events (tool output)
+can cost more memory than thousands of small ones.
+
+A subscription may be *filtered* (``visible``): it then receives only the
+events of the sessions the predicate accepts, live and from the log, and its
+cursor moves forward by more than one where events it may not see lie in
+between. Its log reads ask only for the sessions it may see
+(``visible_sessions``), so catching up costs what it delivers.
 """
 
 from __future__ import annotations
@@ -29,6 +39,9 @@ from eventbus.record import EventRecord
 PageReader = Callable[[int, int], Awaitable[list[EventRecord]]]
 """Reads up to ``limit`` logged events after a cursor: ``(after, limit) -> records``."""
 
+Visibility = Callable[[str], bool]
+"""Whether a filtered subscription may see a session's events: ``(session_id) -> bool``."""
+
 
 class Subscription:
     """An async iterator of EventRecords for one session, or all sessions.
@@ -39,6 +52,11 @@ class Subscription:
     with StopAsyncIteration after ``close()``, with SubscriberTooSlow if the
     consumer fell behind, and with BusClosed when the bus shuts down (after
     the records already queued have been yielded). One task iterates at a time.
+
+    ``max_bytes`` bounds the live queue's encoded size besides ``max_queue``;
+    ``page_bytes`` is the byte bound of the log's replay pages (a short page
+    that large may be cut, not the end); ``visible`` filters the stream by
+    session (see the module docstring).
     """
 
     def __init__(
@@ -51,12 +69,19 @@ class Subscription:
         read_page: PageReader,
         on_close: Callable[[Subscription], None],
         replayable: bool,
+        max_bytes: int | None = None,
+        page_bytes: int | None = None,
+        visible: Visibility | None = None,
     ) -> None:
         self.session_id = session_id
         self.max_queue = max_queue
+        self.max_bytes = max_bytes
+        self.visible = visible
         self._per_session = session_id is not None
         self._cursor = after
         self._page_size = page_size
+        # A page the log cut by bytes holds at least this much (see _read_more).
+        self._page_bytes = page_bytes
         self._read_page = read_page
         self._on_close = on_close
         # Reading: the log may hold events this subscription has not yielded.
@@ -65,6 +90,8 @@ class Subscription:
         self._tolerant = after is not None and replayable
         self._page: deque[EventRecord] = deque()
         self._live: deque[EventRecord] = deque()
+        # Encoded size of what _live holds (envelopes are ASCII: chars are bytes).
+        self._live_bytes = 0
         self._overflows = 0
         self._waiter: asyncio.Future[None] | None = None
         self._finished = False  # no more live records will arrive
@@ -82,6 +109,11 @@ class Subscription:
         return len(self._live)
 
     @property
+    def queued_bytes(self) -> int:
+        """Encoded size of the live records waiting to be taken."""
+        return self._live_bytes
+
+    @property
     def catching_up(self) -> bool:
         """True until the consumer has caught up with the live stream once."""
         return self._tolerant
@@ -97,7 +129,17 @@ class Subscription:
         """Queue freshly committed records; False if this subscriber is cut off now."""
         if self._finished:
             return True
-        if len(self._live) + len(records) > self.max_queue:
+        visible = self.visible
+        if visible is not None:
+            records = [r for r in records if visible(r.session_id)]
+            if not records:
+                return True
+        incoming = 0
+        for record in records:
+            incoming += len(record.text)
+        if len(self._live) + len(records) > self.max_queue or (
+            self.max_bytes is not None and self._live_bytes + incoming > self.max_bytes
+        ):
             if not self._tolerant:
                 self._finish(
                     SubscriberTooSlow(
@@ -109,9 +151,11 @@ class Subscription:
                 return False
             # The log holds all of these: drop them and read it again.
             self._live.clear()
+            self._live_bytes = 0
             self._overflows += 1
             self._reading = True
         self._live.extend(records)
+        self._live_bytes += incoming
         self._wake()
         return True
 
@@ -197,12 +241,17 @@ class Subscription:
         live = self._live
         while live:
             record = live.popleft()
+            self._live_bytes -= len(record.text)
             cursor = record.cursor(per_session=self._per_session)
             if self._cursor is None or cursor == self._cursor + 1:
                 self._cursor = cursor
                 return record
             if cursor <= self._cursor:
                 continue  # already yielded from the log
+            if self.visible is not None:
+                # Filtered: the events in between belong to sessions it may not see.
+                self._cursor = cursor
+                return record
             # Fan-out is contiguous by construction; a hole here is a bus bug.
             raise EventBusError(
                 f"internal error: event stream jumped from cursor {self._cursor} to {cursor}"
@@ -213,7 +262,8 @@ class Subscription:
         assert self._cursor is not None
         overflows_before = self._overflows
         page = await self._read_page(self._cursor, self._page_size)
-        if page:
+        if page and self.visible is None:
+            # (A filtered page skips what it may not see; the log checks its expiry.)
             first = page[0].cursor(per_session=self._per_session)
             if first != self._cursor + 1:
                 # Pruned between the expiry check and this read.
@@ -222,6 +272,14 @@ class Subscription:
                 )
         self._page.extend(page)
         if len(page) < self._page_size and self._overflows == overflows_before:
+            if self._page_bytes is not None and page:
+                size = 0
+                for record in page:
+                    size += len(record.text)
+                if size >= self._page_bytes:
+                    # Maybe cut by bytes, not the end of the log: read on (at worst
+                    # one more read that comes back empty).
+                    return
             # The log is exhausted and the queue holds everything fanned out since.
             self._reading = False
 
@@ -232,6 +290,7 @@ class Subscription:
         if not self._finished:
             self._page.clear()
             self._live.clear()
+            self._live_bytes = 0
             self._finish(None)
         self._on_close(self)
 

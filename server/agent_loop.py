@@ -45,6 +45,7 @@ from adapters.base import (
     Usage,
 )
 from adapters.canonical import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from adapters.clients import ProviderClients, SharedClientAdapter
 from adapters.errors import (
     AdapterConfigError,
     AdapterError,
@@ -97,8 +98,12 @@ class AgentLoop:
     ``adapter_factory`` builds the model adapter for a model string; by default
     :func:`adapters.registry.create_adapter` with ``env`` (the process
     environment unless given), so keys and endpoints come from
-    ``ANTHROPIC_*``/``OPENAI_*`` variables. A fresh adapter serves each turn and
-    is closed when the turn ends, so no connection outlives its turn.
+    ``ANTHROPIC_*``/``OPENAI_*`` variables (the keys as the registry captured
+    them at start-up). A fresh, cheap adapter serves each turn, but its SDK
+    client comes from :attr:`clients`: one per provider, endpoint and key,
+    built off the event loop and kept, with its open connections, for the
+    server's life. :meth:`start` imports the default model's SDK and builds its
+    client before the first turn; :meth:`aclose` closes them all at shutdown.
     """
 
     def __init__(
@@ -116,6 +121,25 @@ class AgentLoop:
         self._max_steps = config.model.max_steps
         self._settings = ModelSettings(max_tokens=config.model.max_tokens)
         self._adapter_factory = adapter_factory or self._create_adapter
+        self.clients = ProviderClients()
+
+    async def start(self) -> None:
+        """Import the default model's SDK and build its client, off the event loop,
+        so the first turn pays for neither. A model that cannot be set up is
+        reported by the turns that use it, not here."""
+        model = self.model_for(None)
+        try:
+            await _import_sdk_off_loop(model)
+            adapter = self._adapter_factory(model)
+            await _use_shared_client(adapter, self.clients)
+        except AdapterError as error:
+            log.warning("model %r is not ready: %s", model, error)
+            return
+        await _close(adapter)
+
+    async def aclose(self) -> None:
+        """Close every provider client (part of the server's shutdown)."""
+        await self.clients.aclose()
 
     def _create_adapter(self, model: str) -> ModelAdapter:
         return create_adapter(model, env=self._env)
@@ -138,6 +162,10 @@ class AgentLoop:
         try:
             await _import_sdk_off_loop(model)
             adapter = self._adapter_factory(model)
+        except AdapterError as error:
+            return _model_failure(ctx, error, model=model, step=0)
+        try:
+            await _use_shared_client(adapter, self.clients)
         except AdapterError as error:
             return _model_failure(ctx, error, model=model, step=0)
         conversation = [
@@ -427,8 +455,24 @@ async def _import_sdk_off_loop(model: str) -> None:
         await asyncio.to_thread(importlib.import_module, module)
 
 
+async def _use_shared_client(adapter: ModelAdapter, clients: ProviderClients) -> None:
+    """Give a provider adapter its SDK client from the server's pool.
+
+    Only the first use of a provider/endpoint/key builds a client (in a worker
+    thread); every later turn reuses it and its open connections. A client
+    that cannot be built (a malformed base URL, the pool closed by a shutdown)
+    is an AdapterConfigError, so the turn fails as a model error."""
+    if not isinstance(adapter, SharedClientAdapter):
+        return
+    try:
+        await adapter.use_clients(clients)
+    except Exception as exc:
+        raise AdapterConfigError(f"cannot set up the provider client: {exc}") from exc
+
+
 async def _close(adapter: ModelAdapter) -> None:
-    """Release the adapter's HTTP client, if it has one (bounded: never hangs a turn)."""
+    """Release what the adapter holds of its own (bounded: never hangs a turn); a
+    client it took from the pool stays open for the next turn."""
     aclose = getattr(adapter, "aclose", None)
     if aclose is None:
         return

@@ -18,8 +18,9 @@ from server.config import Config
 from server.errors import ApiError, error_body
 from server.middleware import AuthMiddleware, BodyLimit, too_large_body
 from server.responses import AsciiJSONResponse
-from server.routes import sessions, streams, system, turns
+from server.routes import metrics, sessions, streams, system, turns
 from server.runtime import Runtime
+from server.schemas import INPUT_LIMITS
 from server.turns import TurnRunner
 
 log = logging.getLogger("toolrelay.server")
@@ -67,6 +68,7 @@ def create_app(
     app.state.runtime = runtime
     for router in (sessions.router, turns.router, streams.router, system.router):
         app.include_router(router)
+    app.include_router(metrics.router)
     app.mount(
         "/dashboard/static",
         StaticFiles(directory=system.DASHBOARD_DIR, check_dir=False),
@@ -94,6 +96,9 @@ def _install_error_handlers(app: FastAPI, max_body_bytes: int) -> None:
         status = exc.status_code
         if status == 413:
             return AsciiJSONResponse(too_large_body(max_body_bytes), status_code=413)
+        if status == 400 and exc.__cause__ is not None:
+            # FastAPI's answer when the body cannot even be parsed as JSON text.
+            return AsciiJSONResponse(unparsable_body(exc.__cause__), status_code=422)
         if status == 404:
             body = error_body("not_found", f"no route for {request.method} {request.url.path}")
         elif status == 405:
@@ -115,9 +120,32 @@ def _install_error_handlers(app: FastAPI, max_body_bytes: int) -> None:
     app.add_exception_handler(Exception, internal_error)
 
 
+def unparsable_body(cause: BaseException) -> dict[str, Any]:
+    """The 422 body for a request body that is not JSON text Python can parse."""
+    if isinstance(cause, UnicodeDecodeError):
+        message = f"the body is not valid UTF-8 (at byte {cause.start})"
+    elif isinstance(cause, RecursionError):
+        message = (
+            "the body nests too deeply to parse; JSON values may nest at most "
+            f"{INPUT_LIMITS.max_depth} levels"
+        )
+    elif isinstance(cause, ValueError):
+        # e.g. an integer literal of more than 4300 digits.
+        message = f"the body is not valid JSON: {cause}"
+    else:
+        message = f"the body cannot be parsed as JSON ({type(cause).__name__})"
+    return error_body(
+        "invalid_request",
+        f"body: {message}",
+        fields=[{"field": "body", "message": message}],
+    )
+
+
 def describe_validation(errors: Any) -> dict[str, Any]:
     """FastAPI's validation errors as our error body, each naming its field."""
     fields: list[dict[str, str]] = []
+    # Summary sentences that differ from "<field>: <message>", by index in fields.
+    sentences: dict[int, str] = {}
     for err in errors:
         loc = list(err.get("loc", ()))
         where = loc[0] if loc else "body"
@@ -131,6 +159,13 @@ def describe_validation(errors: Any) -> dict[str, Any]:
             )
             continue
         name = ".".join(path) if path else ("body" if where == "body" else str(where))
+        if kind == "input_limit":
+            # server.schemas names the exact place, e.g. tool_uses[0].input.
+            ctx = err.get("ctx") or {}
+            field = str(ctx.get("field", name))
+            sentences[len(fields)] = f"{field} {err.get('msg')}"
+            fields.append({"field": field, "message": str(err.get("msg"))})
+            continue
         if where == "body" and not path and kind == "missing":
             message = "a JSON object body is required"
         elif kind == "extra_forbidden":
@@ -144,5 +179,8 @@ def describe_validation(errors: Any) -> dict[str, Any]:
         if where in ("query", "path", "header"):
             name = f"{where} parameter {name}"
         fields.append({"field": name, "message": message})
-    summary = "; ".join(f"{f['field']}: {f['message']}" for f in fields) or "invalid request"
+    summary = (
+        "; ".join(sentences.get(i, f"{f['field']}: {f['message']}") for i, f in enumerate(fields))
+        or "invalid request"
+    )
     return error_body("invalid_request", summary, fields=fields)

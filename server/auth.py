@@ -3,7 +3,8 @@
 Every HTTP call carries ``Authorization: Bearer <token>``; a WebSocket may use
 the header or ``?token=`` (browsers cannot set headers on a WebSocket). A token
 maps to a Principal: its configured name (the owner recorded on the sessions
-it creates) and role (``admin`` sees every session, ``user`` only its own).
+it creates), role (``admin`` sees every session, ``user`` only its own) and
+own ``allowed_roots`` (where its sessions may be: see server/roots.py).
 The *client name* shown in presence and in ``resolved_by`` is the token's name
 unless the caller supplies ``X-Client-Name`` (or ``?client=`` on a WebSocket),
 so several tools sharing one token can still tell their answers apart.
@@ -34,11 +35,13 @@ Role = Literal["admin", "user"]
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """Who is calling: the token's name and role, and the client name it goes by."""
+    """Who is calling: the token's name, role and own allowed roots (as configured,
+    unresolved), and the client name it goes by."""
 
     token_name: str
     role: Role
     client_name: str
+    allowed_roots: tuple[str, ...] = ()
 
     @property
     def is_admin(self) -> bool:
@@ -140,4 +143,5 @@ def authenticate(
         token_name=entry.name,
         role=entry.role,
         client_name=client_name(supplied_client_name, entry.name),
+        allowed_roots=tuple(entry.allowed_roots),
     )

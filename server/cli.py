@@ -15,17 +15,27 @@ import asyncio
 import contextlib
 import importlib
 import os
+import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import uvicorn
 
 from server.auth import TOKEN_FILE, TokenRegistry, load_or_create_token_file
 from server.config import ENV_TOKEN, Config, ConfigError, TokenConfig, load_config
+from server.environment import scrub_secrets
 from server.logs import log_config
+from server.roots import warn_unconfined_users
+from server.startup import DataDirLock, StartupError, bind_listener
+
+if TYPE_CHECKING:
+    from server.runtime import Runtime
 
 EXIT_CONFIG = 2
+# Start-up failed (port, data dir, databases) or the server could not continue.
+EXIT_STARTUP = 1
 # Largest message a client may send on an event stream: they send nothing useful.
 WS_MAX_MESSAGE = 64 * 1024
 
@@ -47,6 +57,9 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="toolrelay", description="toolrelay: an async multi-client agent server"
     )
+    parser.add_argument(
+        "--version", action="version", version=f"toolrelay {_version()}", help="print the version"
+    )
     sub = parser.add_subparsers(dest="command")
     serve_p = sub.add_parser("serve", help="run the server")
     serve_p.add_argument("--host", help="address to bind (default 127.0.0.1)")
@@ -59,9 +72,25 @@ def _parser() -> argparse.ArgumentParser:
         choices=["critical", "error", "warning", "info", "debug"],
     )
     serve_p.add_argument("--no-access-log", action="store_true", help="do not log each request")
+    serve_p.add_argument(
+        "--log-format",
+        default="text",
+        choices=["text", "json"],
+        help="text (default) or json: one JSON object per line on stderr",
+    )
     # Listed for --help only: main() hands "tui ..." to clients.tui before parsing.
     sub.add_parser("tui", help="attach the terminal UI to a running server (see: tui --help)")
     return parser
+
+
+def _version() -> str:
+    """The installed distribution's version (what pip installed), or "unknown"."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("toolrelay")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -72,14 +101,52 @@ def serve(args: argparse.Namespace) -> int:
     }
     try:
         config = load_config(args.config, overrides=overrides)
+    except ConfigError as exc:
+        return _fail(str(exc), EXIT_CONFIG)
+    # Before any file is created: the port (binding creates nothing), then the
+    # data dir's exclusive lock (see server.startup). Each failure is one line
+    # on stderr, exit 1, and nothing left behind.
+    try:
+        sock = bind_listener(config.server.host, config.server.port)
+    except StartupError as exc:
+        return _fail(str(exc), EXIT_STARTUP)
+    try:
+        lock = DataDirLock.acquire(config.data_dir)
+    except StartupError as exc:
+        sock.close()
+        return _fail(str(exc), EXIT_STARTUP)
+    cleanup = _Cleanup(config.data_dir, lock)
+    try:
         tokens, token_note = _tokens(config)
     except ConfigError as exc:
-        print(f"toolrelay: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
+        sock.close()
+        cleanup.run()
+        return _fail(str(exc), EXIT_CONFIG)
     except OSError as exc:
-        print(f"toolrelay: cannot use data dir {config.data_dir}: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
+        sock.close()
+        cleanup.run()
+        return _fail(f"cannot use data dir {config.data_dir}: {exc}", EXIT_STARTUP)
 
+    try:
+        return _serve_locked(args, config, tokens, token_note, sock, cleanup)
+    except BaseException:
+        # A bug (a traceback is the right report then) still leaves nothing behind.
+        sock.close()
+        cleanup.run()
+        raise
+
+
+def _serve_locked(
+    args: argparse.Namespace,
+    config: Config,
+    tokens: list[TokenConfig],
+    token_note: str,
+    sock: socket.socket,
+    cleanup: _Cleanup,
+) -> int:
+    """``serve`` once the port is bound and the data dir locked."""
+    # Read by now: out of the environment, so no child inherits or shows them.
+    scrub_secrets()
     # Imported late: the CLI's --help stays fast.
     from server.app import create_app
 
@@ -94,21 +161,105 @@ def serve(args: argparse.Namespace) -> int:
         ws_max_size=WS_MAX_MESSAGE,
         lifespan="on",
         log_config=log_config(
-            args.log_level, [t.token for t in tokens], access_log=not args.no_access_log
+            args.log_level,
+            [t.token for t in tokens],
+            access_log=not args.no_access_log,
+            log_format=args.log_format,
         ),
         access_log=not args.no_access_log,
         timeout_graceful_shutdown=int(config.server.shutdown_grace) or 1,
         server_header=False,
     )
+    warn_unconfined_users(config, tokens)  # logging is configured by now
     server = uvicorn.Server(uv_config)
+    outcome = _Outcome()
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_run(server, config, token_note))
-    # uvicorn reports a failed start-up (port in use, lifespan error) by not starting.
+        asyncio.run(_run(server, app.state.runtime, config, token_note, sock, outcome, cleanup))
+    if outcome.start_error is not None:
+        cleanup.run()
+        return _fail(outcome.start_error, outcome.exit_code)
+    if outcome.fatal is not None:
+        # The runtime could not continue (see Runtime.on_fatal): a supervisor
+        # restarts the process; the lock is released as the process ends.
+        return _fail(f"stopped: {outcome.fatal}", EXIT_STARTUP)
+    # uvicorn reports a failed start-up (a lifespan error) by not starting.
     return 0 if server.started else 1
 
 
-async def _run(server: uvicorn.Server, config: Config, token_note: str) -> None:
-    task = asyncio.create_task(server.serve())
+def _fail(message: str, code: int) -> int:
+    """One clear line on stderr, no traceback; the exit code."""
+    print(f"toolrelay: {message}", file=sys.stderr, flush=True)
+    return code
+
+
+class _Outcome:
+    """How the asyncio part of ``serve`` ended, for the exit code."""
+
+    def __init__(self) -> None:
+        self.start_error: str | None = None
+        self.exit_code = EXIT_STARTUP
+        self.fatal: str | None = None
+
+
+class _Cleanup:
+    """Removes what a failed start created in the data dir, nothing else: the
+    whole data dir if this start created it, otherwise only a token file it
+    generated. The lock is released either way."""
+
+    def __init__(self, data_dir: Path, lock: DataDirLock) -> None:
+        self.data_dir = data_dir
+        self.lock = lock
+        self.fresh = bool(lock.created)
+        self.token_existed = (data_dir / TOKEN_FILE).exists()
+        self.started = False
+
+    def run(self) -> None:
+        if self.started:
+            return
+        names = [TOKEN_FILE] if self.fresh or not self.token_existed else []
+        if self.fresh:
+            from server.runtime import EVENTS_FILE, STATE_FILE
+
+            dbs = (STATE_FILE, EVENTS_FILE)
+            names += [f"{db}{suffix}" for db in dbs for suffix in SQLITE_SUFFIXES]
+        for name in names:
+            with contextlib.suppress(OSError):
+                (self.data_dir / name).unlink()
+        self.lock.release(cleanup=True)
+
+
+SQLITE_SUFFIXES = ("", "-wal", "-shm", "-journal")
+
+
+async def _run(
+    server: uvicorn.Server,
+    runtime: Runtime,
+    config: Config,
+    token_note: str,
+    sock: socket.socket,
+    outcome: _Outcome,
+    cleanup: _Cleanup,
+) -> None:
+    # Started here, before uvicorn (whose lifespan then finds it started), so a
+    # failure is one line on stderr instead of uvicorn's traceback.
+    try:
+        await runtime.start()
+    except Exception as exc:
+        outcome.start_error = f"cannot start: {exc}"
+        outcome.exit_code = EXIT_CONFIG if isinstance(exc, ConfigError) else EXIT_STARTUP
+        with contextlib.suppress(Exception):
+            await runtime.stop()
+        sock.close()
+        return
+    # The data dir holds a started server's state from here on: never undone.
+    cleanup.started = True
+
+    def fatal(reason: str) -> None:
+        outcome.fatal = reason
+        server.should_exit = True
+
+    runtime.on_fatal = fatal
+    task = asyncio.create_task(server.serve(sockets=[sock]))
     # Wait (bounded by start-up itself) until the socket is bound, to print the real port.
     while not server.started and not task.done():
         await asyncio.wait({task}, timeout=0.05)
@@ -132,6 +283,14 @@ def _print_banner(server: uvicorn.Server, config: Config, token_note: str) -> No
         f"  Token:     {token_note}",
         f"  Data dir:  {config.data_dir}",
     ]
+    # The runtime (create_app keeps it on app.state) decided the sandbox at start-up.
+    runtime = getattr(getattr(server.config.app, "state", None), "runtime", None)
+    sandbox_on = getattr(runtime, "sandbox_config", None) is not None
+    if sandbox_on:
+        lines.append("  Sandbox:   on (bubblewrap)")
+    else:
+        reason = getattr(runtime, "sandbox_reason", "unknown")
+        lines.append(f"  Sandbox:   off ({reason}): every shell command asks for confirmation")
     print("\n".join(lines), flush=True)
 
 

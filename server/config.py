@@ -27,9 +27,22 @@ from dispatcher.policy import PolicyConfig
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
-DEFAULT_DATA_DIR = "data"
+
+
+def default_data_dir() -> str:
+    """``$XDG_STATE_HOME/toolrelay`` (``~/.local/state/toolrelay``): outside any
+    checkout, so a newcomer who serves from a repository and opens a session on
+    it never puts the token and databases inside the workspace. The TUI's
+    ``clients.tui.cli.default_data_dir`` must give the same answer (a test checks)."""
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join("~", ".local", "state")
+    return os.path.join(state, "toolrelay")
+
+
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 DEFAULT_CONFIRMATION_TIMEOUT = 300.0
+DEFAULT_SUBSCRIBER_QUEUE_BYTES = 8 * 1024 * 1024
+DEFAULT_MAX_EVENT_OUTPUT_BYTES = 64 * 1024
+DEFAULT_RETENTION_BYTES = 1024 * 1024 * 1024
 
 
 class ConfigError(Exception):
@@ -45,19 +58,35 @@ class ServerSection(_Section):
 
     host: str = DEFAULT_HOST
     port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
-    data_dir: str = DEFAULT_DATA_DIR
+    data_dir: str = Field(default_factory=default_data_dir)
     # Largest accepted request body; past it the answer is 413.
     max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=1024, le=256 * 1024 * 1024)
     # How long graceful shutdown waits for open connections before closing them.
     shutdown_grace: float = Field(default=5.0, gt=0, le=600)
 
 
+def _absolute_paths(paths: list[str]) -> list[str]:
+    """Allowed roots must be absolute (``~`` allowed): a relative root would
+    mean whatever the server's working directory happens to be."""
+    for path in paths:
+        if not path or "\x00" in path or not os.path.isabs(os.path.expanduser(path)):
+            raise ValueError(f"{path!r} is not an absolute path")
+    return paths
+
+
 class TokenConfig(_Section):
-    """One access token: who holds it (``name``, also the client name) and its role."""
+    """One access token: who holds it (``name``, also the client name), its role,
+    and the directories its sessions may use (``allowed_roots``, see server/roots.py)."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.@-]{1,64}$")
     token: str = Field(min_length=16, max_length=512)
     role: Literal["admin", "user"] = "user"
+    # This token's sessions must lie inside one of these (besides
+    # workspaces.allowed_roots). A user token with no roots at all cannot
+    # create sessions.
+    allowed_roots: list[str] = Field(default_factory=list)
+
+    _roots_absolute = field_validator("allowed_roots")(_absolute_paths)
 
 
 class AuthSection(_Section):
@@ -78,23 +107,49 @@ class ShellSection(_Section):
     """Options of the ``shell``/``run_command`` tools."""
 
     enabled: bool = True
-    # Run commands in a bubblewrap sandbox (no network, read-only outside the workspace).
-    sandbox: bool = False
+    # The bubblewrap sandbox every process started on a workspace's behalf
+    # runs in (dispatcher/sandbox.py). None (the default, also "auto"): on
+    # wherever the start-up probe finds bubblewrap working, off otherwise;
+    # false: off (an explicit opt-out: every shell command then asks for a
+    # confirmation); true: required, start-up fails when it cannot run.
+    sandbox: bool | None = None
     # Refuse commands the shell tool rates dangerous, whatever the policy says.
     allowed_only: bool = False
     timeout: float = Field(default=30.0, ge=1, le=600)
-    # Paths the sandbox covers up (besides the server's data dir, always hidden):
-    # credentials a command has no business printing into a conversation.
+    # Paths the sandbox covers up besides those always hidden (the data dir,
+    # every config file the server read, the token file): credentials a
+    # command has no business printing into a conversation.
     sandbox_hide: list[str] = Field(
-        default_factory=lambda: ["~/.ssh", "~/.aws", "~/.gnupg", "~/.config/gcloud", "~/.netrc"]
+        default_factory=lambda: [
+            "~/.ssh",
+            "~/.aws",
+            "~/.gnupg",
+            "~/.config/gcloud",
+            "~/.netrc",
+            # Registry and cluster credentials; ~/.docker may also hold a
+            # docker socket (the fresh /run and /tmp cover the usual places).
+            "~/.docker",
+            "~/.kube",
+            "~/.config/gh",
+            "~/.git-credentials",
+        ]
     )
+
+    @field_validator("sandbox", mode="before")
+    @classmethod
+    def _auto(cls, value: Any) -> Any:
+        # TOOLRELAY_SHELL_SANDBOX=auto (or "auto" in YAML) means the default.
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            return None
+        return value
 
 
 class WorkspacesSection(_Section):
     """What sessions may do in their workspace directories."""
 
     allow_delete: bool = False
-    # When non-empty, a session's workspace must lie inside one of these directories.
+    # When non-empty, every session's workspace must lie inside one of these
+    # directories; they are also the roots of every user token (see server/roots.py).
     allowed_roots: list[str] = Field(default_factory=list)
     shell: ShellSection = Field(default_factory=ShellSection)
 
@@ -124,11 +179,28 @@ class PluginsSection(_Section):
 
 
 class EventsSection(_Section):
+    """The event streams' memory bounds and the durable log's retention."""
+
     # Events queued for one WebSocket before it is cut off as too slow.
     subscriber_queue: int = Field(default=1024, ge=64, le=1_000_000)
-    # Keep at most this many events in the durable log (None keeps everything),
-    # pruning every ``prune_interval`` seconds.
+    # ... and their encoded size: a few large events cost more than many small
+    # ones. Past either bound the socket is closed with the resumable 4429.
+    subscriber_queue_bytes: int = Field(
+        default=DEFAULT_SUBSCRIBER_QUEUE_BYTES, ge=64 * 1024, le=1024 * 1024 * 1024
+    )
+    # Tool output carried by an event (tool.completed content, tool.output_delta
+    # text) beyond this is cut, marked ``truncated: true`` with ``output_bytes``;
+    # the full result stays in the conversation and the turn record.
+    max_event_output_bytes: int = Field(
+        default=DEFAULT_MAX_EVENT_OUTPUT_BYTES, ge=1024, le=64 * 1024 * 1024
+    )
+    # Retention of the durable log, applied every ``prune_interval`` seconds (None:
+    # no limit of that kind): at most this many events, this many bytes of
+    # database pages in use, events no older than this many seconds. A cursor
+    # older than what is kept gets the explicit ``cursor expired`` close.
     retention_events: int | None = Field(default=None, ge=1000)
+    retention_bytes: int | None = Field(default=DEFAULT_RETENTION_BYTES, ge=1024 * 1024, le=1 << 50)
+    retention_age_s: float | None = Field(default=None, ge=60, le=100 * 365 * 86400)
     prune_interval: float = Field(default=60.0, ge=0.1, le=86400)
 
 
@@ -142,6 +214,28 @@ class ModelSection(_Section):
     max_steps: int = Field(default=25, ge=1, le=1000)
     # Output-token cap of each model call.
     max_tokens: int = Field(default=4096, ge=1, le=1_000_000)
+    # Folder whose files a client may name as ``scripted:<path>`` models
+    # (besides files inside the session's own workspace). None: workspace only.
+    scripts_dir: str | None = None
+
+    @field_validator("scripts_dir")
+    @classmethod
+    def _scripts_dir_absolute(cls, value: str | None) -> str | None:
+        if value is not None:
+            _absolute_paths([value])
+        return value
+
+    @field_validator("default")
+    @classmethod
+    def _real_script_path(cls, value: str | None) -> str | None:
+        # A scripted default is opened without following symbolic links (see
+        # adapters/scripted_script.py); the admin's path is trusted, so it is
+        # resolved once here, relative to the working directory.
+        if value is not None and value.strip().startswith("scripted:"):
+            path = value.strip().removeprefix("scripted:").strip()
+            if path:
+                return "scripted:" + os.path.realpath(os.path.expanduser(path))
+        return value
 
 
 class Config(_Section):
@@ -219,6 +313,10 @@ def load_config(
         raise ConfigError(_describe(exc, source, origins)) from None
     if path is not None:
         config._source_files = (os.path.realpath(os.path.expanduser(os.fspath(path))),)
+    # Imported here: server.roots builds on this module.
+    from server.roots import check_configured_roots
+
+    check_configured_roots(config)
     return config
 
 

@@ -82,3 +82,12 @@ class NotImplementedYet(ApiError):
 
 def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, **extra}}
+
+
+class StorageUnavailable(ApiError):
+    """The data dir's storage failed (disk full, I/O error, read-only): the
+    request needed a write that could not be made (503). ``cause`` names it;
+    the server retries by itself and answers again once the fault clears."""
+
+    status = 503
+    code = "storage_unavailable"

@@ -53,6 +53,9 @@ class AuthMiddleware:
         token = bearer_token(headers)
         supplied_name = headers.get(CLIENT_NAME_HEADER)
         if kind == "websocket":
+            # parse_qs decodes keys too: "?%74oken=" is accepted as "token". The
+            # log redaction (server.logs) decodes the same way, case-insensitively,
+            # so whatever is accepted here is also kept out of the access log.
             query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
             token = token or _first(query, "token")
             supplied_name = supplied_name or _first(query, "client")

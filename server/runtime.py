@@ -1,9 +1,13 @@
 """Runtime: every long-lived part of a running server, started and stopped in order.
 
-Start: open the state store and the event log in the data dir, start the
-bus, register the built-in tools and plugins, then recover turns a crash left
-"running". Stop: end running turns (``server_shutdown``), flush and close the
-bus, close the files.
+Start: decide the sandbox (probe bubblewrap once, off the event loop) and
+start the child reaper, open the state store and the event log in the data
+dir, start the bus, register the built-in tools and plugins, then recover
+turns a crash left "running" (reconciled with the ends the log already holds:
+see "Crash ordering" in specs/server-api.md). While running, ``health``
+reports storage faults as ``degraded`` and a dead event log as ``failed``
+(``on_fatal`` then stops the process). Stop: end running turns (``server_shutdown``),
+flush and close the bus, close the files.
 """
 
 from __future__ import annotations
@@ -22,11 +26,14 @@ from dispatcher import (
     ToolDispatcher,
     load_plugins,
 )
+from dispatcher.reaper import child_reaper
+from dispatcher.sandbox import SandboxConfig, SandboxUnavailable, configure
 from dispatcher.tools import builtin_tool_factories
 from dispatcher.tools.shell import MAX_TIMEOUT as SHELL_MAX_TIMEOUT
 from eventbus import EventBus, EventBusError, EventLog
-from server.auth import TokenRegistry
-from server.config import Config
+from server.auth import TOKEN_FILE, TokenRegistry
+from server.config import Config, ConfigError
+from server.observer import Observer
 from server.presence import Presence
 from server.sessions import SHELL_TOOLS, SessionManager
 from server.store import Store
@@ -54,7 +61,12 @@ class Runtime:
         self.tokens = tokens
         self.data_dir: Path = config.data_dir
         self.presence = Presence()
+        # Metrics, traces and tool-call log lines: one bus subscriber (server.observer).
+        self.observer = Observer(self)
         self.plugin_errors: list[PluginLoadError] = []
+        # Set by start(): the sandbox every session shares, or None and why not.
+        self.sandbox_config: SandboxConfig | None = None
+        self.sandbox_reason: str = "not started"
         self._message_runner_factory = message_runner_factory
         self._store: Store | None = None
         self._log: EventLog | None = None
@@ -62,7 +74,13 @@ class Runtime:
         self._dispatcher: ToolDispatcher | None = None
         self._sessions: SessionManager | None = None
         self._pruner: asyncio.Task[None] | None = None
+        self._message_runner: TurnRunner | None = None
         self.stopping = False
+        self._started = False
+        # Called once with the reason when the server cannot continue (the event
+        # log failed for good); the CLI stops the process with exit code 1 then.
+        self.on_fatal: Callable[[str], None] | None = None
+        self.fatal: str | None = None
 
     # Typed accessors: using a part before start() is a programming error.
     @property
@@ -86,36 +104,98 @@ class Runtime:
         return self._sessions
 
     async def start(self) -> None:
+        """Start every part (idempotent: the CLI starts the runtime before uvicorn,
+        so that a failed start is reported as one line; the lifespan then finds it
+        started)."""
+        if self._started:
+            return
+        self._started = True
         cfg = self.config
+        await self._start_sandbox()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._store = Store.open(self.data_dir / STATE_FILE)
         self._log = await asyncio.to_thread(EventLog.open, self.data_dir / EVENTS_FILE)
         queue = cfg.events.subscriber_queue
-        self._bus = EventBus(self._log, max_queue=queue, fanout_chunk=min(256, queue))
+        self._bus = EventBus(
+            self._log,
+            max_queue=queue,
+            max_queue_bytes=cfg.events.subscriber_queue_bytes,
+            fanout_chunk=min(256, queue),
+            on_failure=self._bus_failed,
+        )
         await self._bus.start()
+        await self.observer.start(self._bus)
         self._dispatcher = ToolDispatcher(
-            self._bus, broker=ConfirmationBroker(), cancel_grace=cfg.dispatcher.cancel_grace
+            self._bus,
+            broker=ConfirmationBroker(),
+            cancel_grace=cfg.dispatcher.cancel_grace,
+            max_event_output_bytes=cfg.events.max_event_output_bytes,
         )
         self._register_tools(self._dispatcher)
         message_runner = (
             self._message_runner_factory(self) if self._message_runner_factory else None
         )
+        # The agent loop imports its provider SDK and builds its client here, off the loop.
+        self._message_runner = message_runner
+        if (start_runner := getattr(message_runner, "start", None)) is not None:
+            await start_runner()
         self._sessions = SessionManager(
             config=cfg,
             store=self._store,
             dispatcher=self._dispatcher,
             publisher=self._bus,
             message_runner=message_runner,
+            sandbox_config=self.sandbox_config,
+            wait_durable=self._bus.flush,
+            storage_fault=self.storage_fault,
         )
-        recovered = self._sessions.recover()
+        log_file = self._log
+        recovered = await self._sessions.recover(
+            lambda turn_ids: asyncio.to_thread(log_file.turn_ends, turn_ids)
+        )
         if recovered:
             log.warning(
-                "marked %d turn(s) left running by a previous run as failed (server_restart)",
+                "ended %d turn(s) left running by a previous run (server_restart, or the "
+                "end the event log already held)",
                 len(recovered),
             )
-        if cfg.events.retention_events is not None:
-            self._pruner = asyncio.create_task(
-                self._prune_forever(cfg.events.retention_events, cfg.events.prune_interval)
+        ev = cfg.events
+        if (ev.retention_events, ev.retention_bytes, ev.retention_age_s) != (None, None, None):
+            self._pruner = asyncio.create_task(self._prune_forever(ev.prune_interval))
+
+    def hidden_paths(self) -> list[str]:
+        """What no sandbox may see: the data dir (databases, token file), every
+        config file the server read, the token file by name (in case the data
+        dir is ever not hidden whole) and the configured credential folders."""
+        cfg = self.config
+        return [
+            str(self.data_dir),
+            *cfg.source_files,
+            str(self.data_dir / TOKEN_FILE),
+            *cfg.workspaces.shell.sandbox_hide,
+        ]
+
+    async def _start_sandbox(self) -> None:
+        """Probe the sandbox (blocking: in a worker thread) and start the child
+        reaper, so unsandboxed children die with the server from the first one."""
+        setting = self.config.workspaces.shell.sandbox
+        try:
+            self.sandbox_config, self.sandbox_reason = await asyncio.to_thread(
+                configure, setting, self.hidden_paths()
+            )
+        except SandboxUnavailable as exc:
+            raise ConfigError(str(exc)) from None
+        await asyncio.to_thread(child_reaper().start)
+        if self.sandbox_config is not None:
+            log.info(
+                "shell sandbox: on (bubblewrap %s; %d hidden paths)",
+                self.sandbox_config.bwrap,
+                len(self.sandbox_config.hidden),
+            )
+        else:
+            log.warning(
+                "shell sandbox: off (%s): every shell command asks for a confirmation",
+                self.sandbox_reason,
             )
 
     def _register_tools(self, dispatcher: ToolDispatcher) -> None:
@@ -149,12 +229,17 @@ class Runtime:
             return max(cfg.tool_timeout, SHELL_MAX_TIMEOUT + 10.0)
         return cfg.tool_timeout
 
-    async def _prune_forever(self, keep_last: int, interval: float) -> None:
+    async def _prune_forever(self, interval: float) -> None:
         bus = self.bus
+        ev = self.config.events
         while bus.running:
             await asyncio.sleep(interval)
             try:
-                deleted = await bus.prune(keep_last=keep_last)
+                deleted = await bus.prune(
+                    keep_last=ev.retention_events,
+                    max_bytes=ev.retention_bytes,
+                    max_age_s=ev.retention_age_s,
+                )
             except EventBusError as exc:
                 # One line, no traceback: this may repeat every interval.
                 log.warning("pruning the event log failed: %s", exc)
@@ -172,18 +257,50 @@ class Runtime:
                 await self._pruner
         if self._sessions is not None:
             await self._sessions.shutdown(budget=SHUTDOWN_TOOL_BUDGET)
+        if (close_runner := getattr(self._message_runner, "aclose", None)) is not None:
+            await close_runner()  # the provider clients and their connections
         if self._bus is not None:
             await self._bus.close()  # flushes: every event published so far is logged
+            await self.observer.stop()  # drains what the bus handed it, exports traces
         if self._log is not None:
             await asyncio.to_thread(self._log.close)
         if self._store is not None:
             self._store.close()
 
+    def storage_fault(self) -> str | None:
+        """What fails the data dir's storage now (the event log's writes or the
+        state database's), or None while both work."""
+        bus, store = self._bus, self._store
+        if bus is not None and bus.fault is not None:
+            return f"event log: {bus.fault}"
+        if store is not None and store.fault is not None:
+            return store.probe()
+        return None
+
+    def _bus_failed(self, exc: BaseException) -> None:
+        """The event log failed for good: nothing can be recorded any more, so
+        the process must end (non-zero) for a supervisor to restart it."""
+        reason = f"the event log failed: {exc}"
+        log.critical("%s; stopping the server", reason)
+        if self.fatal is None:
+            self.fatal = reason
+            if self.on_fatal is not None:
+                self.on_fatal(reason)
+
     def health(self) -> dict[str, Any]:
+        """``ok``; ``degraded`` with a ``cause`` while storage fails (the server
+        retries and resumes by itself); ``failed`` with a ``cause`` once it cannot
+        continue (it is exiting); ``stopping`` during shutdown."""
         bus = self._bus
-        # Public (no token): counts only, nothing about sessions or tools.
-        return {
-            "status": "ok" if bus is not None and bus.running and not self.stopping else "stopping",
-            "turns_running": self._sessions.running_count() if self._sessions else 0,
-            "clients": self.presence.count(),
-        }
+        # Public (no token): counts only and the storage cause, nothing about
+        # sessions or tools.
+        body: dict[str, Any] = {"status": "ok"}
+        if self.fatal is not None or (bus is not None and bus.failure is not None):
+            body = {"status": "failed", "cause": self.fatal or str(bus.failure if bus else "")}
+        elif self.stopping or bus is None or not bus.running:
+            body = {"status": "stopping"}
+        elif (cause := self.storage_fault()) is not None:
+            body = {"status": "degraded", "cause": cause}
+        body["turns_running"] = self._sessions.running_count() if self._sessions else 0
+        body["clients"] = self.presence.count()
+        return body

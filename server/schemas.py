@@ -1,14 +1,123 @@
-"""Request bodies of the HTTP API. Strict: unknown keys are refused (422 naming them)."""
+"""Request bodies of the HTTP API. Strict: unknown keys are refused (422 naming them).
+
+Free-form JSON in a body (tool input, policy overrides) is held to
+``JsonLimits`` before anything is stored: a value nested thousands of levels
+deep, a NaN, or an array of a million items would be accepted once and then
+break or stall every later read that renders it (turn and message listings,
+event replays). The check walks the value without recursion and names the
+first offending place, e.g. ``tool_uses[0].input nests deeper than 32 levels``.
+"""
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
 
 from adapters.canonical import ToolUseBlock
 
 MAX_TOOL_USES = 64
+
+
+@dataclass(frozen=True, slots=True)
+class JsonLimits:
+    """Bounds on one free-form JSON value of a request body."""
+
+    # Containers inside containers; the value itself is level 1.
+    max_depth: int = 32
+    # Characters of one string (a file's content for write_file can be large;
+    # the body limit, server.max_body_bytes, bounds the total anyway).
+    max_string_chars: int = 8 * 1024 * 1024
+    # Characters of one object key.
+    max_key_chars: int = 1024
+    # Items of one array or members of one object.
+    max_items: int = 10_000
+    # Every value in the tree, containers included.
+    max_nodes: int = 100_000
+
+
+INPUT_LIMITS = JsonLimits()
+
+
+class InputLimitExceeded(ValueError):
+    """A JSON value breaks a ``JsonLimits`` bound; ``field`` says where."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field} {message}")
+        self.field = field
+        self.message = message
+
+
+def check_json_limits(value: Any, where: str, limits: JsonLimits = INPUT_LIMITS) -> None:
+    """Raise InputLimitExceeded naming the first place ``value`` breaks ``limits``.
+
+    Iterative (an explicit stack), so a value nested deeper than Python's
+    recursion limit is reported, not crashed on; paths are built only for the
+    place reported.
+    """
+    stack: list[tuple[Any, int, tuple[str | int, ...]]] = [(value, 1, ())]
+    nodes = 0
+    while stack:
+        item, depth, path = stack.pop()
+        nodes += 1
+        if nodes > limits.max_nodes:
+            raise InputLimitExceeded(where, f"holds more than {limits.max_nodes} values")
+        if isinstance(item, dict):
+            if depth > limits.max_depth:
+                raise InputLimitExceeded(
+                    _path(where, path), f"nests deeper than {limits.max_depth} levels"
+                )
+            if len(item) > limits.max_items:
+                raise InputLimitExceeded(
+                    _path(where, path),
+                    f"has {len(item)} members; at most {limits.max_items} are allowed",
+                )
+            for key, child in item.items():
+                if len(key) > limits.max_key_chars:
+                    raise InputLimitExceeded(
+                        _path(where, path),
+                        f"has a key of {len(key)} characters; at most "
+                        f"{limits.max_key_chars} are allowed",
+                    )
+                stack.append((child, depth + 1, (*path, key)))
+        elif isinstance(item, list):
+            if depth > limits.max_depth:
+                raise InputLimitExceeded(
+                    _path(where, path), f"nests deeper than {limits.max_depth} levels"
+                )
+            if len(item) > limits.max_items:
+                raise InputLimitExceeded(
+                    _path(where, path),
+                    f"has {len(item)} items; at most {limits.max_items} are allowed",
+                )
+            stack.extend((child, depth + 1, (*path, i)) for i, child in enumerate(item))
+        elif isinstance(item, str):
+            if len(item) > limits.max_string_chars:
+                raise InputLimitExceeded(
+                    _path(where, path),
+                    f"is a string of {len(item)} characters; at most "
+                    f"{limits.max_string_chars} are allowed",
+                )
+        elif isinstance(item, float) and not math.isfinite(item):
+            # JSON has no NaN or Infinity: stored, it could never be rendered again.
+            raise InputLimitExceeded(_path(where, path), "is not a finite number")
+
+
+def _path(where: str, path: tuple[str | int, ...]) -> str:
+    out = where
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return out
+
+
+def _limit_error(exc: InputLimitExceeded) -> PydanticCustomError:
+    # Picked up by server.app.describe_validation, which names ``field``.
+    return PydanticCustomError(
+        "input_limit", "{message}", {"field": exc.field, "message": exc.message}
+    )
 
 
 class _Body(BaseModel):
@@ -25,6 +134,16 @@ class CreateSession(_Body):
     )
     model: str | None = Field(default=None, max_length=200)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _limits(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("policy"), dict):
+            try:
+                check_json_limits(data["policy"], "policy")
+            except InputLimitExceeded as exc:
+                raise _limit_error(exc) from None
+        return data
+
 
 class CreateTurn(_Body):
     """``POST /sessions/{id}/turns``: exactly one of ``tool_uses`` or ``message``."""
@@ -33,6 +152,20 @@ class CreateTurn(_Body):
         default=None, min_length=1, max_length=MAX_TOOL_USES
     )
     message: str | None = Field(default=None, min_length=1, max_length=200_000)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _limits(cls, data: Any) -> Any:
+        # Before pydantic looks at it: the raw JSON as parsed.
+        uses = data.get("tool_uses") if isinstance(data, dict) else None
+        if isinstance(uses, list):
+            for i, use in enumerate(uses[:MAX_TOOL_USES]):
+                if isinstance(use, dict) and "input" in use:
+                    try:
+                        check_json_limits(use["input"], f"tool_uses[{i}].input")
+                    except InputLimitExceeded as exc:
+                        raise _limit_error(exc) from None
+        return data
 
     @model_validator(mode="after")
     def _exactly_one(self) -> CreateTurn:

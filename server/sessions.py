@@ -10,10 +10,11 @@ its remembered approvals, the running turn's task) stays in memory.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import secrets
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,12 +23,22 @@ from pydantic import ValidationError
 from adapters.canonical import Message, ToolDefinition
 from adapters.errors import AdapterConfigError
 from adapters.registry import parse_model
+from adapters.scripted_script import load_script
 from dispatcher import DispatchSession, PolicyConfig, RulePolicy, ToolDispatcher, WorkspaceFileAPI
 from dispatcher.policy import loosened_calls
 from dispatcher.publisher import EventPublisher
+from dispatcher.sandbox import Sandbox, SandboxConfig, SandboxUnavailable
 from server.auth import Principal
 from server.config import Config
-from server.errors import Conflict, Forbidden, InvalidRequest, NotFound, NotImplementedYet
+from server.errors import (
+    Conflict,
+    Forbidden,
+    InvalidRequest,
+    NotFound,
+    NotImplementedYet,
+    StorageUnavailable,
+)
+from server.roots import is_within, protected_overlap, real
 from server.store import (
     MessageRecord,
     SessionRecord,
@@ -73,7 +84,16 @@ class SessionManager:
         dispatcher: ToolDispatcher,
         publisher: EventPublisher,
         message_runner: TurnRunner | None = None,
+        sandbox_config: SandboxConfig | None = None,
+        wait_durable: Callable[[], Awaitable[None]] | None = None,
+        storage_fault: Callable[[], str | None] | None = None,
     ) -> None:
+        self.sandbox_config = sandbox_config  # None: the sandbox is off (Runtime decides)
+        # Waits until every event published so far is in the durable log (the
+        # bus's flush); a turn's end reaches the store only after that.
+        self._wait_durable = wait_durable
+        # What fails the storage now (None: healthy); new work is refused then.
+        self._storage_fault = storage_fault
         self.config = config
         self.store = store
         self.dispatcher = dispatcher
@@ -87,7 +107,7 @@ class SessionManager:
 
     # -- sessions ---------------------------------------------------------
 
-    def create(
+    async def create(
         self,
         principal: Principal,
         *,
@@ -96,12 +116,25 @@ class SessionManager:
         policy: Mapping[str, Any] | None = None,
         model: str | None = None,
     ) -> SessionRecord:
-        root = self._check_workspace(workspace)
+        """Check and store a new session. A ``scripted:<path>`` model is checked
+        here (where it is, what it is, that it parses), in a worker thread:
+        a client-chosen file never blocks the event loop."""
+        self.check_storage()  # 503 while storage fails: its event could not be logged
+        root = self._check_workspace(workspace, principal)
         if model is not None:
             try:
-                parse_model(model)
+                provider, script = parse_model(model)
             except AdapterConfigError as exc:
                 raise InvalidRequest(exc.message, field="model") from None
+            if provider == "scripted" and script:
+                real_script = self._check_script_place(script, root)
+                try:
+                    await asyncio.to_thread(load_script, real_script)
+                except AdapterConfigError as exc:
+                    raise InvalidRequest(exc.message, field="model") from None
+                # Stored resolved: each turn re-reads exactly this path, never
+                # following a link (see adapters/scripted_script.py).
+                model = f"scripted:{real_script}"
         overrides = dict(policy or {})
         effective = self._effective_policy(overrides)  # reject bad overrides before storing
         if overrides and not principal.is_admin:
@@ -129,28 +162,91 @@ class SessionManager:
         )
         return record
 
-    def _check_workspace(self, workspace: str) -> str:
+    def _check_workspace(self, workspace: str, principal: Principal | None = None) -> str:
+        """The workspace's real path, if it may be one: inside the roots of
+        ``principal`` (checked first, so a user token learns nothing about
+        paths outside them), an existing directory, and not protected
+        (server/roots.py)."""
         if not workspace or "\x00" in workspace:
             raise InvalidRequest("workspace must be a non-empty path", field="workspace")
         if not os.path.isabs(os.path.expanduser(workspace)):
             raise InvalidRequest(
                 f"workspace {workspace!r} must be an absolute path", field="workspace"
             )
-        root = os.path.realpath(os.path.expanduser(workspace))
+        root = real(workspace)
+        if principal is not None:
+            self._check_roots(workspace, root, principal)
         if not os.path.exists(root):
             raise InvalidRequest(f"workspace {workspace!r} does not exist", field="workspace")
         if not os.path.isdir(root):
             raise InvalidRequest(f"workspace {workspace!r} is not a directory", field="workspace")
-        allowed = self.config.workspaces.allowed_roots
-        if allowed:
-            reals = [os.path.realpath(os.path.expanduser(a)) for a in allowed]
-            if not any(root == a or root.startswith(a.rstrip(os.sep) + os.sep) for a in reals):
-                raise Forbidden(
-                    f"workspace {workspace!r} is outside the allowed roots "
-                    "(workspaces.allowed_roots)",
-                    field="workspace",
-                )
+        problem = protected_overlap(root, self.config)
+        if problem is not None:
+            raise InvalidRequest(
+                f"workspace {workspace!r} cannot be used: {problem}", field="workspace"
+            )
         return root
+
+    def _check_roots(self, workspace: str, root: str, principal: Principal) -> None:
+        """Forbidden unless real path ``root`` lies in the caller's roots: its
+        token's own and ``workspaces.allowed_roots``. A user token with none may
+        create no session; an admin token with none is not confined."""
+        own = list(principal.allowed_roots)
+        common = list(self.config.workspaces.allowed_roots)
+        if not own and not common:
+            if principal.is_admin:
+                return
+            raise Forbidden(
+                f"user token {principal.token_name!r} has no allowed roots, so it cannot create "
+                "sessions: the admin must set auth.tokens[].allowed_roots for it or "
+                "workspaces.allowed_roots",
+                field="workspace",
+            )
+        if not any(is_within(root, real(a)) for a in (*own, *common)):
+            keys = " or ".join(
+                k
+                for k, roots in (
+                    (f"auth.tokens[{principal.token_name}].allowed_roots", own),
+                    ("workspaces.allowed_roots", common),
+                )
+                if roots
+            )
+            raise Forbidden(
+                f"workspace {workspace!r} is outside the allowed roots ({keys})",
+                field="workspace",
+            )
+
+    def _check_script_place(self, script: str, root: str) -> str:
+        """The real path of a session's ``scripted:<path>`` script, if it lies in
+        ``model.scripts_dir`` or in the workspace ``root`` (a relative path is
+        taken inside the workspace); InvalidRequest naming the path otherwise."""
+        if "\x00" in script:
+            raise InvalidRequest("the script path of model 'scripted:' holds a NUL", field="model")
+        path = real(os.path.join(root, script) if not os.path.isabs(script) else script)
+        places = [root]
+        if self.config.model.scripts_dir is not None:
+            places.append(real(self.config.model.scripts_dir))
+        if not any(is_within(path, place) for place in places):
+            where = "the session's workspace" + (
+                " or model.scripts_dir" if self.config.model.scripts_dir is not None else ""
+            )
+            raise InvalidRequest(
+                f"script {script!r} (resolved to {path}) is outside {where}; a scripted "
+                "model may only play a script from there",
+                field="model",
+            )
+        return path
+
+    def _refuse_protected(self, record: SessionRecord) -> None:
+        """Conflict when a stored session's workspace (from before the protected
+        paths were enforced) touches one: such a session gets no dispatcher."""
+        problem = protected_overlap(real(record.workspace), self.config)
+        if problem is not None:
+            raise Conflict(
+                f"session {record.id!r} cannot run: its workspace {record.workspace!r} "
+                f"is not allowed: {problem}",
+                code="workspace_forbidden",
+            )
 
     def _check_only_tightens(self, effective: PolicyConfig, workspace: str) -> None:
         """A user token may make its sessions stricter than the server's policy,
@@ -236,16 +332,10 @@ class SessionManager:
         approvals given "for the session" live in memory and start empty then)."""
         session = self._dispatch_sessions.get(record.id)
         if session is None:
+            self._refuse_protected(record)
             cfg = self.config
             shell = cfg.workspaces.shell
-            shell_options = {
-                "sandbox": shell.sandbox,
-                "allowed_only": shell.allowed_only,
-                "timeout": shell.timeout,
-                # The data dir holds the token file and the event log: never
-                # readable from inside the sandbox.
-                "sandbox_hide": [str(cfg.data_dir), *shell.sandbox_hide],
-            }
+            shell_options = {"allowed_only": shell.allowed_only, "timeout": shell.timeout}
             try:
                 workspace = WorkspaceFileAPI(
                     record.workspace, allow_delete=cfg.workspaces.allow_delete
@@ -255,6 +345,14 @@ class SessionManager:
                     f"the workspace {record.workspace!r} of session {record.id!r} no longer exists",
                     code="workspace_missing",
                 ) from None
+            sandbox = None
+            if self.sandbox_config is not None:
+                try:
+                    sandbox = Sandbox(self.sandbox_config, workspace.workspace_root)
+                except SandboxUnavailable as exc:
+                    # The workspace contains or lies in a hidden path (a
+                    # credential folder): no sandbox could run there unexposed.
+                    raise Conflict(str(exc), code="workspace_hidden") from None
             session = DispatchSession(
                 session_id=record.id,
                 workspace=workspace,
@@ -262,6 +360,7 @@ class SessionManager:
                 max_concurrency=cfg.dispatcher.max_concurrency,
                 confirmation_timeout=cfg.confirmation_timeout,
                 tool_options={name: shell_options for name in SHELL_TOOLS},
+                sandbox=sandbox,
             )
             self._dispatch_sessions[record.id] = session
         return session
@@ -286,6 +385,7 @@ class SessionManager:
         """Store the turn and start it in the background; 409 while another runs."""
         if self._closing:
             raise Conflict("the server is shutting down", code="shutting_down")
+        self.check_storage()
         runner: TurnRunner
         kind: TurnKind
         if "tool_uses" in request:
@@ -408,26 +508,43 @@ class SessionManager:
         ctx = active.context
         outcome: TurnOutcome | None = None
         failure: str | None = None
+        failure_reason = "internal_error"
         interrupted = False
         try:
             outcome = await runner.run(ctx)
         except asyncio.CancelledError:
             interrupted = True
         except Exception as exc:
-            log.exception("turn %s failed", ctx.turn_id)
-            failure = f"internal error: {type(exc).__name__}; details are in the server log"
+            if isinstance(exc, StorageUnavailable):
+                log.warning("turn %s failed: %s", ctx.turn_id, exc.message)
+                failure = exc.message
+                failure_reason = "storage_unavailable"
+            else:
+                log.exception("turn %s failed", ctx.turn_id)
+                failure = f"internal error: {type(exc).__name__}; details are in the server log"
         finally:
-            self._finish(active, outcome, failure, interrupted)
+            try:
+                await self._finish(active, outcome, failure, interrupted, failure_reason)
+            finally:
+                # Whatever happened, the session may take a new turn again.
+                self._active.pop(ctx.session_id, None)
         if interrupted and active.stop_reason is None and active.cancelled_by is None:
             raise asyncio.CancelledError
 
-    def _finish(
+    async def _finish(
         self,
         active: ActiveTurn,
         outcome: TurnOutcome | None,
         failure: str | None,
         interrupted: bool,
+        failure_reason: str = "internal_error",
     ) -> None:
+        """End the turn, in the order that keeps the log and the store agreeing
+        (see "Crash ordering" in specs/server-api.md): the conversation is
+        completed and the results stored first, then the terminal event is
+        published and awaited until durable, and only then does the store say
+        how the turn ended. A crash in between leaves the store saying
+        ``running``, which recovery reconciles with the log."""
         ctx = active.context
         results = [r.model_dump(mode="json") for r in outcome.results] if outcome else None
         usage = outcome.usage if outcome and outcome.usage is not None else ctx.usage
@@ -442,7 +559,7 @@ class SessionManager:
             if usage is not None:
                 data["usage"] = usage
         elif failure is not None:
-            status, reason = "failed", "internal_error"
+            status, reason = "failed", failure_reason
             data = {"reason": reason, "message": failure}
         elif outcome is not None and outcome.failure is not None:
             # The runner ended the turn on an error it handled (a provider error, a step limit).
@@ -462,17 +579,55 @@ class SessionManager:
             data = {"usage": usage, "results": len(results or []), "errors": errors}
             if outcome is not None:
                 data.update(outcome.details)
-        self.store.finish_turn(
-            ctx.turn_id, status=status, reason=reason, results=results, usage=usage
-        )
-        self._active.pop(ctx.session_id, None)
         try:
+            if status != "completed":
+                # The runner may have been cut short (a storage fault, a cancellation
+                # between appends): every tool_use of this turn gets a result.
+                await self._storage_retry(lambda: self._answer_orphans(ctx.session_id, ctx.turn_id))
+            await self._storage_retry(
+                lambda: self.store.set_turn_outcome(ctx.turn_id, results=results, usage=usage)
+            )
             self.publisher.publish(
                 f"turn.{status}", data, session_id=ctx.session_id, turn_id=ctx.turn_id
             )
-        except Exception:
-            # The bus is already closed (shutdown raced the turn): the store has the outcome.
-            log.warning("could not publish turn.%s for %s", status, ctx.turn_id, exc_info=True)
+            if self._wait_durable is not None:
+                await self._wait_durable()
+            await self._storage_retry(
+                lambda: self.store.finish_turn(
+                    ctx.turn_id, status=status, reason=reason, results=results, usage=usage
+                )
+            )
+        except Exception as exc:
+            # The bus stopped (its failure ends the process, or shutdown raced the
+            # turn) or the store stayed unwritable until shutdown: the store keeps
+            # "running", and recovery at the next start ends the turn in both.
+            log.warning("turn %s ended %s but not durably: %s", ctx.turn_id, status, exc)
+
+    async def _storage_retry(self, write: Callable[[], object]) -> None:
+        """Run a store write, retrying with backoff through a storage fault (the
+        turn's end must reach the store once the fault clears); gives up at
+        shutdown, leaving the rest to recovery at the next start."""
+        delay = 0.05
+        while True:
+            try:
+                write()
+                return
+            except StorageUnavailable as exc:
+                if self._closing:
+                    raise
+                log.warning("retrying in %.2fs: %s", delay, exc.message)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+    def check_storage(self) -> None:
+        """Refuse new work with a 503 naming the cause while storage is failing."""
+        cause = self._storage_fault() if self._storage_fault is not None else None
+        if cause is not None:
+            raise StorageUnavailable(
+                f"the server cannot record new work while its storage is failing: {cause}; "
+                "it retries by itself, try again later",
+                cause=cause,
+            )
 
     # -- lifecycle --------------------------------------------------------
 
@@ -497,16 +652,39 @@ class SessionManager:
         if tasks:
             await asyncio.wait(tasks, timeout=budget)
 
-    def recover(self) -> list[TurnRecord]:
-        """After a crash: every turn still marked running fails with ``server_restart``,
-        and tool calls left without a result get an error result."""
+    async def recover(
+        self, turn_ends: Callable[[list[str]], Awaitable[dict[str, str]]]
+    ) -> list[TurnRecord]:
+        """After a crash, end every turn the store still says is ``running``.
+
+        ``turn_ends`` looks the turns' terminal events up in the durable log.
+        A turn whose end is logged (the previous run died after logging it but
+        before the store caught up) takes that end in the store, and no second
+        terminal event is published. Any other turn fails with
+        ``server_restart``: its ``turn.failed`` is published and made durable
+        before the store records it, so a crash during recovery is recovered
+        the same way. Either way each of its tool_use blocks without a result
+        gets an error result, matched within the turn."""
+        running = self.store.running_turns()
+        if not running:
+            return []
+        logged = await turn_ends([t.id for t in running])
         recovered: list[TurnRecord] = []
-        for turn in self.store.running_turns():
-            self._answer_orphans(turn)
-            ended = self.store.finish_turn(turn.id, status="failed", reason="server_restart")
-            if ended is None:
+        to_fail: list[TurnRecord] = []
+        for turn in running:
+            self._answer_orphans(turn.session_id, turn.id)
+            text = logged.get(turn.id)
+            if text is None:
+                to_fail.append(turn)
                 continue
-            recovered.append(ended)
+            end = json.loads(text)
+            status: TurnStatus = end["type"].removeprefix("turn.")
+            ended = self.store.finish_turn(
+                turn.id, status=status, reason=end.get("data", {}).get("reason")
+            )
+            if ended is not None:
+                recovered.append(ended)
+        for turn in to_fail:
             self.publisher.publish(
                 "turn.failed",
                 {
@@ -516,24 +694,34 @@ class SessionManager:
                 session_id=turn.session_id,
                 turn_id=turn.id,
             )
+        if to_fail and self._wait_durable is not None:
+            await self._wait_durable()
+        for turn in to_fail:
+            ended = self.store.finish_turn(turn.id, status="failed", reason="server_restart")
+            if ended is not None:
+                recovered.append(ended)
         return recovered
 
-    def _answer_orphans(self, turn: TurnRecord) -> None:
-        answered: set[str] = set()
-        asked: list[str] = []
-        for message in self.store.messages(turn.session_id):
+    def _answer_orphans(self, session_id: str, turn_id: str) -> None:
+        """Give every tool_use block of one turn that has no result an error result.
+
+        Matching is within the turn and in order: each tool_result answers the
+        oldest open tool_use with its id, so an id reused by another turn (or
+        by a later step of this one) is never taken for an answer to this call.
+        """
+        open_calls: list[str] = []
+        for message in self.store.turn_messages(session_id, turn_id):
             for block in message.message.get("content", []):
                 if block.get("type") == "tool_use":
-                    asked.append(block["id"])
-                elif block.get("type") == "tool_result":
-                    answered.add(block["tool_use_id"])
-        missing = [tid for tid in asked if tid not in answered]
-        if not missing:
+                    open_calls.append(block["id"])
+                elif block.get("type") == "tool_result" and block["tool_use_id"] in open_calls:
+                    open_calls.remove(block["tool_use_id"])
+        if not open_calls:
             return
         reason = "the server stopped before the call finished"
-        results = [interrupted_result(tid, reason) for tid in missing]
+        results = [interrupted_result(tid, reason) for tid in open_calls]
         self.store.append_message(
-            turn.session_id,
+            session_id,
             Message(role="tool", content=list(results)).model_dump(mode="json"),
-            turn_id=turn.id,
+            turn_id=turn_id,
         )

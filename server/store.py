@@ -11,10 +11,15 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
+
+from eventbus.log import storage_cause
+from server.errors import StorageUnavailable
 
 TurnStatus = Literal["running", "completed", "failed", "cancelled"]
 TurnKind = Literal["tool_uses", "message"]
@@ -46,6 +51,11 @@ CREATE TABLE IF NOT EXISTS turns (
 );
 CREATE INDEX IF NOT EXISTS turns_by_session ON turns(session_id, number);
 CREATE INDEX IF NOT EXISTS turns_by_status ON turns(status);
+-- Written and emptied by Store.probe only (kept empty): see there.
+CREATE TABLE IF NOT EXISTS health_probe (
+    id INTEGER PRIMARY KEY,
+    pad BLOB NOT NULL
+);
 CREATE TABLE IF NOT EXISTS messages (
     session_id TEXT NOT NULL REFERENCES sessions(id),
     idx INTEGER NOT NULL,
@@ -55,6 +65,9 @@ CREATE TABLE IF NOT EXISTS messages (
     PRIMARY KEY (session_id, idx)
 );
 """
+
+
+PROBE_BYTES = 64 * 1024
 
 
 def now_rfc3339() -> str:
@@ -131,10 +144,58 @@ class MessageRecord:
 
 
 class Store:
-    """Sessions, turns and messages; see the module docstring."""
+    """Sessions, turns and messages; see the module docstring.
+
+    A write that fails because of the storage (disk full, I/O error,
+    read-only) raises StorageUnavailable (an HTTP 503 naming the cause) and
+    sets ``fault`` until a later write succeeds (``probe`` tries one); the
+    failed statement wrote nothing.
+    """
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
+        self.fault: str | None = None
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.Error as exc:
+            cause = storage_cause(exc)
+            if cause is None:
+                raise
+            if self._conn.in_transaction:
+                # Some errors leave the statement's implicit transaction open.
+                with suppress(sqlite3.Error):
+                    self._conn.execute("ROLLBACK")
+            self.fault = f"state database: {cause}"
+            raise StorageUnavailable(
+                f"the server cannot write its state database: {cause}; it resumes by "
+                "itself once the storage is writable again",
+                cause=self.fault,
+            ) from exc
+        self.fault = None
+
+    def probe(self) -> str | None:
+        """After a fault: try a write; the fault that remains, or None.
+
+        The write must need new space, or a full disk would pass it (SQLite
+        reuses pages it already has): 64 KiB are inserted and deleted in one
+        committed transaction, so the pages are allocated and written.
+        """
+        if self.fault is None:
+            return None
+        try:
+            with self._writing():
+                self._conn.execute("BEGIN IMMEDIATE")
+                self._conn.execute(
+                    "INSERT INTO health_probe (pad) VALUES (zeroblob(?))", (PROBE_BYTES,)
+                )
+                self._conn.execute("DELETE FROM health_probe")
+                self._conn.execute("COMMIT")
+        except StorageUnavailable:
+            pass
+        return self.fault
 
     @classmethod
     def open(cls, path: str | Path) -> Store:
@@ -156,6 +217,10 @@ class Store:
     # -- sessions ---------------------------------------------------------
 
     def add_session(self, record: SessionRecord) -> None:
+        with self._writing():
+            self._add_session(record)
+
+    def _add_session(self, record: SessionRecord) -> None:
         self._conn.execute(
             "INSERT INTO sessions (id, name, workspace, owner, model, policy, created_at)"
             " VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -185,6 +250,12 @@ class Store:
         ).fetchone()
         return str(row[0]) if row else None
 
+    def session_ids_of(self, owner: str) -> list[str]:
+        """Ids of every session ``owner`` created, deleted or not (what its
+        all-sessions event stream may replay)."""
+        rows = self._conn.execute("SELECT id FROM sessions WHERE owner = ?", (owner,)).fetchall()
+        return [str(r[0]) for r in rows]
+
     def list_sessions(self, *, owner: str | None = None) -> list[SessionRecord]:
         sql = (
             "SELECT id, name, workspace, owner, model, policy, created_at FROM sessions"
@@ -200,10 +271,11 @@ class Store:
     def delete_session(self, session_id: str) -> bool:
         # Kept as a tombstone: the event log still holds the session's events, and
         # deciding who may replay them needs the owner.
-        cur = self._conn.execute(
-            "UPDATE sessions SET deleted_at = ? WHERE id = ? AND deleted_at IS NULL",
-            (now_rfc3339(), session_id),
-        )
+        with self._writing():
+            cur = self._conn.execute(
+                "UPDATE sessions SET deleted_at = ? WHERE id = ? AND deleted_at IS NULL",
+                (now_rfc3339(), session_id),
+            )
         return cur.rowcount > 0
 
     # -- turns ------------------------------------------------------------
@@ -215,6 +287,10 @@ class Store:
         return int(row[0]) + 1
 
     def add_turn(self, record: TurnRecord) -> None:
+        with self._writing():
+            self._add_turn(record)
+
+    def _add_turn(self, record: TurnRecord) -> None:
         self._conn.execute(
             "INSERT INTO turns (id, session_id, number, kind, status, reason, request, results,"
             " usage, created_by, created_at, finished_at)"
@@ -245,14 +321,34 @@ class Store:
         usage: dict[str, Any] | None = None,
     ) -> TurnRecord | None:
         """Record how a running turn ended; None if it was not running (already ended)."""
-        cur = self._conn.execute(
-            "UPDATE turns SET status = ?, reason = ?, results = COALESCE(?, results),"
-            " usage = COALESCE(?, usage), finished_at = ? WHERE id = ? AND status = 'running'",
-            (status, reason, _dump_opt(results), _dump_opt(usage), now_rfc3339(), turn_id),
-        )
+        with self._writing():
+            cur = self._conn.execute(
+                "UPDATE turns SET status = ?, reason = ?, results = COALESCE(?, results),"
+                " usage = COALESCE(?, usage), finished_at = ? WHERE id = ? AND status = 'running'",
+                (status, reason, _dump_opt(results), _dump_opt(usage), now_rfc3339(), turn_id),
+            )
         if cur.rowcount == 0:
             return None
         return self.get_turn(turn_id)
+
+    def set_turn_outcome(
+        self,
+        turn_id: str,
+        *,
+        results: list[dict[str, Any]] | None,
+        usage: dict[str, Any] | None,
+    ) -> None:
+        """Store a running turn's results and usage before its end is logged, so a
+        recovery that finds the end in the log (and the turn still running here)
+        keeps them; the status changes only with ``finish_turn``."""
+        if results is None and usage is None:
+            return
+        with self._writing():
+            self._conn.execute(
+                "UPDATE turns SET results = COALESCE(?, results), usage = COALESCE(?, usage)"
+                " WHERE id = ? AND status = 'running'",
+                (_dump_opt(results), _dump_opt(usage), turn_id),
+            )
 
     def get_turn(self, turn_id: str, *, session_id: str | None = None) -> TurnRecord | None:
         row = self._conn.execute(
@@ -291,13 +387,23 @@ class Store:
     ) -> MessageRecord:
         created_at = now_rfc3339()
         # One statement picks the next index, so two appends can never share one.
-        row = self._conn.execute(
-            "INSERT INTO messages (session_id, idx, turn_id, message, created_at)"
-            " SELECT ?, COALESCE(MAX(idx), -1) + 1, ?, ?, ? FROM messages WHERE session_id = ?"
-            " RETURNING idx",
-            (session_id, turn_id, json.dumps(message), created_at, session_id),
-        ).fetchone()
+        with self._writing():
+            row = self._conn.execute(
+                "INSERT INTO messages (session_id, idx, turn_id, message, created_at)"
+                " SELECT ?, COALESCE(MAX(idx), -1) + 1, ?, ?, ? FROM messages"
+                " WHERE session_id = ? RETURNING idx",
+                (session_id, turn_id, json.dumps(message), created_at, session_id),
+            ).fetchone()
         return MessageRecord(int(row[0]), turn_id, message, created_at)
+
+    def turn_messages(self, session_id: str, turn_id: str) -> list[MessageRecord]:
+        """The messages one turn added, in order."""
+        rows = self._conn.execute(
+            "SELECT idx, turn_id, message, created_at FROM messages"
+            " WHERE session_id = ? AND turn_id = ? ORDER BY idx",
+            (session_id, turn_id),
+        ).fetchall()
+        return [MessageRecord(int(r[0]), r[1], json.loads(r[2]), r[3]) for r in rows]
 
     def messages(self, session_id: str) -> list[MessageRecord]:
         rows = self._conn.execute(

@@ -94,7 +94,7 @@ async def serve_stream(ws: WebSocket, runtime: Runtime, session_id: str | None) 
         await deny_websocket(ws.scope, ws.send, err.status, err.body())
         return
     try:
-        subscription = await runtime.bus.subscribe(session_id=session_id, after=after)
+        subscription = await _subscribe(runtime, principal, session_id, after)
     except (BusClosed, BusNotStarted):
         body = error_body("unavailable", "the server is shutting down")
         await deny_websocket(ws.scope, ws.send, 503, body)
@@ -141,6 +141,43 @@ async def serve_stream(ws: WebSocket, runtime: Runtime, session_id: str | None) 
             await ws.close(close.code, _reason(close.reason))
 
 
+async def _subscribe(
+    runtime: Runtime, principal: Principal, session_id: str | None, after: int | None
+) -> Subscription:
+    """The bus subscription behind one socket.
+
+    On the all-sessions stream a user token sees only its own sessions'
+    events: the subscription itself is filtered, so events it may not see
+    take no room in its queue, and its replay reads only those sessions' rows
+    from the log (a token that owns nothing replays nothing and reads nothing).
+    """
+    if session_id is not None or principal.is_admin:
+        return await runtime.bus.subscribe(session_id=session_id, after=after)
+    token = principal.token_name
+    owner_of = runtime.sessions.owner_of
+    store = runtime.store
+
+    # Called for every event fanned out: remember each session's answer (an
+    # owner never changes), but not "no such session", which may be created yet.
+    seen: dict[str, bool] = {}
+
+    def visible(sid: str) -> bool:
+        answer = seen.get(sid)
+        if answer is None:
+            owner = owner_of(sid)
+            answer = owner == token
+            if owner is not None:
+                seen[sid] = answer
+        return answer
+
+    def visible_sessions() -> list[str]:
+        return store.session_ids_of(token)
+
+    return await runtime.bus.subscribe(
+        session_id=None, after=after, visible=visible, visible_sessions=visible_sessions
+    )
+
+
 async def _accept_and_close(ws: WebSocket, code: int, reason: str) -> None:
     await ws.accept()
     with contextlib.suppress(RuntimeError, OSError, WebSocketDisconnect):
@@ -172,14 +209,10 @@ async def _send_events(
     ws: WebSocket, runtime: Runtime, subscription: Subscription, principal: Principal
 ) -> _Close:
     per_session = subscription.session_id is not None
-    # On the all-sessions stream a user token sees only its own sessions' events.
-    filtered = not per_session and not principal.is_admin
-    owner_of = runtime.sessions.owner_of
+    # (A user token's all-sessions subscription is filtered already: see _subscribe.)
     record: EventRecord
     try:
         async for record in subscription:
-            if filtered and owner_of(record.session_id) != principal.token_name:
-                continue
             try:
                 await ws.send_text(record.text)
             except (WebSocketDisconnect, RuntimeError, OSError):

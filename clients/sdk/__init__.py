@@ -40,6 +40,7 @@ from clients.sdk.errors import (
     StreamError,
     StreamGap,
     ToolrelayError,
+    TurnFailedError,
     Unauthorized,
     WaitTimeout,
 )
@@ -124,6 +125,7 @@ __all__ = [
     "TurnCancelled",
     "TurnCompleted",
     "TurnFailed",
+    "TurnFailedError",
     "TurnStarted",
     "Unauthorized",
     "WaitTimeout",

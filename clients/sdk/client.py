@@ -44,7 +44,7 @@ from clients.sdk.errors import (
     Unauthorized,
     WaitTimeout,
 )
-from clients.sdk.events import TERMINAL_TURN_EVENTS
+from clients.sdk.events import TERMINAL_TURN_EVENTS, AnyEvent
 from clients.sdk.models import (
     AttachedClient,
     ConversationMessage,
@@ -327,6 +327,7 @@ class ToolrelayClient:
         *,
         within: float = 60.0,
         poll_interval: float = 2.0,
+        raise_on_failure: bool = False,
     ) -> Turn:
         """Wait until the turn ends and return its final state.
 
@@ -334,24 +335,60 @@ class ToolrelayClient:
         Because a live stream may open just after the turn ended, the turn is
         also read over HTTP right after connecting and, as a safety net, every
         ``poll_interval`` seconds. Raises WaitTimeout after ``within`` seconds.
+
+        A failed turn carries its ``reason`` and ``message`` (what went wrong,
+        as the server said it); with ``raise_on_failure`` it raises
+        :class:`TurnFailedError` instead of returning it.
         """
+        seen: list[AnyEvent] = []
         turn = await self.get_turn(session_id, turn_id)
-        if turn.done:
-            return turn
-        try:
-            async with asyncio.timeout(within):
-                async with self.events(session_id) as stream:
-                    turn = await self.get_turn(session_id, turn_id)
-                    while not turn.done:
-                        with contextlib.suppress(WaitTimeout):
-                            await stream.next_matching(
-                                lambda e: e.turn_id == turn_id and e.type in TERMINAL_TURN_EVENTS,
-                                within=poll_interval,
-                            )
+        if not turn.done:
+            try:
+                async with asyncio.timeout(within):
+                    async with self.events(session_id) as stream:
                         turn = await self.get_turn(session_id, turn_id)
-                    return turn
-        except TimeoutError:
-            raise WaitTimeout(f"turn {turn_id} did not finish within {within:g} s") from None
+                        while not turn.done:
+                            with contextlib.suppress(WaitTimeout):
+                                seen.append(
+                                    await stream.next_matching(
+                                        lambda e: (
+                                            e.turn_id == turn_id and e.type in TERMINAL_TURN_EVENTS
+                                        ),
+                                        within=poll_interval,
+                                    )
+                                )
+                            turn = await self.get_turn(session_id, turn_id)
+            except TimeoutError:
+                raise WaitTimeout(f"turn {turn_id} did not finish within {within:g} s") from None
+        if turn.failed:
+            turn = await self._with_failure(session_id, turn, seen)
+            if raise_on_failure:
+                turn.raise_for_status()
+        return turn
+
+    async def _with_failure(self, session_id: str, turn: Turn, seen: list[AnyEvent]) -> Turn:
+        """``turn`` with its failure message and details from its ``turn.failed``
+        event: the one already seen, else found by replaying the session's log."""
+        event = next((e for e in seen if e.type == "turn.failed"), None)
+        if event is None:
+            try:
+                async with self.events(session_id, after=0) as replay:
+                    event = await replay.next_matching(
+                        lambda e: e.turn_id == turn.id and e.type == "turn.failed", within=10.0
+                    )
+            except ToolrelayError:
+                event = None
+        data = event.data.model_dump(mode="json") if event is not None else {}
+        message = turn.message or data.pop("message", None)
+        data.pop("reason", None)
+        data.pop("message", None)
+        return turn.model_copy(
+            update={
+                "reason": turn.reason or (event.data.reason if event is not None else None),
+                "message": message if isinstance(message, str) else None,
+                "failure_details": data or None,
+            }
+        )
 
     # -- confirmations ------------------------------------------------------------
 

@@ -97,6 +97,36 @@ class ProtocolError(ToolrelayError):
     """The server sent something that does not match the documented contract."""
 
 
+class TurnFailedError(ToolrelayError):
+    """A turn ended ``failed``: ``reason`` (``model_error``, ``step_limit``,
+    ``server_shutdown`` ...) and the server's ``failure`` message, e.g.
+    ``model call 1 failed: anthropic: auth (HTTP 401): invalid x-api-key``.
+
+    ``turn`` is the final turn record; ``details`` the rest of the
+    ``turn.failed`` event's data (``error_kind``, ``provider``, ``status_code``)
+    when the SDK saw it.
+    """
+
+    def __init__(
+        self,
+        turn_id: str,
+        reason: str | None,
+        failure: str | None,
+        *,
+        turn: Any = None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        text = f"turn {turn_id} failed: {reason or 'unknown reason'}"
+        if failure:
+            text += f": {failure}"
+        super().__init__(text)
+        self.turn_id = turn_id
+        self.reason = reason
+        self.failure = failure
+        self.turn = turn
+        self.details = dict(details or {})
+
+
 class WaitTimeout(ToolrelayError, TimeoutError):
     """A wait (for a turn, for an event) ran past its deadline."""
 

@@ -57,9 +57,11 @@ class ClientPresenceData(Payload):
 
 
 class TurnData(Payload):
-    """``turn.*``: ``reason`` on failure/cancel, ``usage`` on completion."""
+    """``turn.*``: ``reason`` on failure/cancel (``message`` on failure says
+    what went wrong), ``usage`` on completion."""
 
     reason: str | None = None
+    message: str | None = None
     usage: dict[str, Any] | None = None
     source: str | None = None
 
@@ -114,6 +116,8 @@ class ConfirmationRequestedData(Payload):
     preview: Preview
     expires_at: str
     rating: str | None = None
+    # What "allow for session" would grant ("allow 'npm test' for this session ...").
+    scope_text: str = ""
 
 
 class ConfirmationResolvedData(Payload):

@@ -58,11 +58,30 @@ class Turn(Resource):
     status: str
     results: list[dict[str, Any]] | None = None
     reason: str | None = None
+    # A failed turn's message ("model call 1 failed: anthropic: auth ..."), from
+    # the turn record or, for servers that do not store it, its turn.failed event.
+    message: str | None = None
+    # The rest of the turn.failed event's data (error_kind, provider, ...), when seen.
+    failure_details: dict[str, Any] | None = None
 
     @property
     def done(self) -> bool:
         """True once the turn reached a final status."""
         return self.status in TURN_DONE_STATUSES
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "failed"
+
+    def raise_for_status(self) -> Turn:
+        """Raise :class:`TurnFailedError` (reason and message) if the turn failed."""
+        if self.failed:
+            from clients.sdk.errors import TurnFailedError
+
+            raise TurnFailedError(
+                self.id, self.reason, self.message, turn=self, details=self.failure_details
+            )
+        return self
 
 
 class PendingConfirmation(Resource):
@@ -77,6 +96,9 @@ class PendingConfirmation(Resource):
     projected_modifications: list[str] = Field(default_factory=list)
     preview: Preview | None = None
     expires_at: str | None = None
+    rating: str | None = None
+    # What "allow for session" would grant ("allow 'npm test' for this session ...").
+    scope_text: str = ""
 
 
 class Resolution(Resource):

@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import sys
 from pathlib import Path
 
-from clients.sdk import ToolrelayClient
+from clients.sdk import (
+    ApiError,
+    Backoff,
+    ConnectionFailed,
+    NotFound,
+    ToolrelayClient,
+    ToolrelayError,
+    Unauthorized,
+)
 
 DEFAULT_URL = "http://127.0.0.1:8765"
 TOKEN_FILE = "token"  # written by `toolrelay serve` into its data dir
@@ -33,14 +42,28 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--data-dir",
-        default=os.environ.get("TOOLRELAY_DATA_DIR", "data"),
-        help="the server's data dir, to read its token file (default: $TOOLRELAY_DATA_DIR or data)",
+        default=os.environ.get("TOOLRELAY_DATA_DIR") or default_data_dir(),
+        help="the server's data dir, to read its token file (default: $TOOLRELAY_DATA_DIR or "
+        "$XDG_STATE_HOME/toolrelay, i.e. ~/.local/state/toolrelay)",
     )
     parser.add_argument("--name", default="tui", help="client name shown to others (default: tui)")
     target = parser.add_mutually_exclusive_group(required=True)
     target.add_argument("--session", metavar="ID", help="attach to an existing session")
-    target.add_argument("--workspace", metavar="DIR", help="create a session for this directory")
+    target.add_argument(
+        "--workspace",
+        metavar="DIR",
+        help="create a session for this directory: an absolute path on the server's machine "
+        "(the server checks it)",
+    )
     return parser
+
+
+def default_data_dir() -> str:
+    """Where ``toolrelay serve`` keeps its data (and token) by default. Kept here
+    rather than imported: clients never import the server package. The server's
+    ``server.config.default_data_dir`` must agree (tests/clients checks it)."""
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join("~", ".local", "state")
+    return os.path.join(state, "toolrelay")
 
 
 def resolve_token(explicit: str | None, data_dir: str, env: dict[str, str] | None = None) -> str:
@@ -50,7 +73,7 @@ def resolve_token(explicit: str | None, data_dir: str, env: dict[str, str] | Non
     environ = os.environ if env is None else env
     if environ.get("TOOLRELAY_TOKEN"):
         return environ["TOOLRELAY_TOKEN"]
-    path = Path(data_dir) / TOKEN_FILE
+    path = Path(data_dir).expanduser() / TOKEN_FILE
     try:
         token = path.read_text(encoding="utf-8").strip()
     except OSError as exc:
@@ -63,24 +86,67 @@ def resolve_token(explicit: str | None, data_dir: str, env: dict[str, str] | Non
     return token
 
 
+async def open_session(
+    url: str, token: str, name: str, *, session_id: str | None, workspace: str | None
+) -> str:
+    """Check what the TUI needs before it opens a screen: the server answers,
+    the token is accepted, the session exists (or is created for the
+    workspace, a path on the server). Returns the session id."""
+    quick = Backoff(attempts=2, initial=0.2, factor=2.0, max_delay=0.5)
+    async with ToolrelayClient(url, token, client_name=name, timeout=10.0, backoff=quick) as probe:
+        if session_id is not None:
+            return (await probe.get_session(session_id)).id
+        assert workspace is not None
+        return (await probe.create_session(workspace)).id
+
+
+def startup_error(exc: ToolrelayError, url: str, session_id: str | None) -> tuple[str, int]:
+    """One line for a start-up failure and the exit code: 1 when retrying
+    later may help (the server is down or failing), 2 when the command line or
+    its configuration must change (wrong token, unknown session, refused
+    workspace)."""
+    if isinstance(exc, ConnectionFailed):
+        return f"cannot reach the server at {url} ({exc.message})", 1
+    if isinstance(exc, Unauthorized):
+        return f"the server at {url} rejected the token (401); check --token", 2
+    if isinstance(exc, NotFound) and session_id is not None:
+        return f"no session {session_id} on {url} (unknown, or not visible to this token)", 2
+    if isinstance(exc, ApiError):
+        if exc.status >= 500:
+            return f"the server at {url} failed: {exc.status} {exc.server_message}", 1
+        return f"{exc.server_message} ({exc.status})", 2
+    return exc.message, 1
+
+
 def run(argv: list[str]) -> int:
-    """Entry of ``toolrelay tui [--url] [--token] [--session ID | --workspace DIR]``."""
+    """Entry of ``toolrelay tui [--url] [--token] [--session ID | --workspace DIR]``.
+
+    Start-up problems (no token, server down, token refused, unknown session,
+    a workspace the server refuses) print one line on stderr and exit non-zero
+    before any screen opens. ``--workspace`` is a path on the server's machine
+    and is checked by the server, not here.
+    """
     from clients.tui.app import ToolrelayTUI  # Textual loads only when the TUI runs
 
     args = _parser().parse_args(argv)
+    url = args.url or DEFAULT_URL
     try:
         token = resolve_token(args.token, args.data_dir)
-        workspace = None
-        if args.workspace is not None:
-            path = Path(args.workspace).expanduser().resolve()
-            if not path.is_dir():
-                raise UsageError(f"--workspace {args.workspace}: not a directory")
-            workspace = str(path)
-        client = ToolrelayClient(args.url or DEFAULT_URL, token, client_name=args.name)
+        # Constructed now to check the URL's form; used once the session is known.
+        client = ToolrelayClient(url, token, client_name=args.name)
     except (UsageError, ValueError) as exc:
         print(f"toolrelay tui: {exc}", file=sys.stderr)
         return 2
-    app = ToolrelayTUI(client, session_id=args.session, workspace=workspace, close_client=True)
+    try:
+        session_id = asyncio.run(
+            open_session(url, token, args.name, session_id=args.session, workspace=args.workspace)
+        )
+    except ToolrelayError as exc:
+        asyncio.run(client.aclose())
+        message, code = startup_error(exc, url, args.session)
+        print(f"toolrelay tui: {message}", file=sys.stderr)
+        return code
+    app = ToolrelayTUI(client, session_id=session_id, close_client=True)
     result = app.run()
     if app.last_error:
         print(f"toolrelay tui: {app.last_error}", file=sys.stderr)

@@ -9,6 +9,7 @@ Keeping it free of Textual makes the folding rules easy to read and test.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -110,6 +111,21 @@ def is_expired(expires_at: str, now: datetime | None = None) -> bool:
     if deadline.tzinfo is None:
         deadline = deadline.replace(tzinfo=UTC)
     return deadline <= (now or datetime.now(UTC))
+
+
+def time_left(expires_at: str, now: datetime | None = None) -> str:
+    """What a person reads: ``4 min 05 s left``, ``12 s left``, ``expired``."""
+    try:
+        deadline = datetime.fromisoformat(expires_at.replace("Z", "+00:00"))
+    except ValueError:
+        return f"expires {expires_at}"
+    if deadline.tzinfo is None:
+        deadline = deadline.replace(tzinfo=UTC)
+    seconds = math.ceil((deadline - (now or datetime.now(UTC))).total_seconds())
+    if seconds <= 0:
+        return "expired"
+    minutes, rest = divmod(seconds, 60)
+    return f"{minutes} min {rest:02d} s left" if minutes else f"{rest} s left"
 
 
 @dataclass(slots=True)
@@ -222,6 +238,9 @@ class Transcript:
                 changed.append(entry.key)
         self._streaming = None
         reason = f" ({event.data.reason})" if event.data.reason else ""
+        if status == "failed" and event.data.message:
+            # The whole story: "model_error: model call 1 failed: anthropic: auth ..."
+            reason = f": {event.data.reason or 'failed'}: {event.data.message}"
         level = {"completed": "ok", "failed": "error", "cancelled": "warn"}[status]
         changed.append(self._note(f"turn {event.turn_id} {status}{reason}", level))
         return changed

@@ -15,7 +15,7 @@ from textual.widgets import Static
 
 from clients.sdk.events import ConfirmationRequestedData
 from clients.sdk.stream import ConnectionState
-from clients.tui.transcript import Entry, MessageEntry, NoteEntry, ToolCallEntry
+from clients.tui.transcript import Entry, MessageEntry, NoteEntry, ToolCallEntry, time_left
 
 # Lines of streamed tool output shown under a call; the transcript keeps more.
 OUTPUT_TAIL_LINES = 12
@@ -177,7 +177,6 @@ class ConfirmationScreen(ModalScreen[tuple[str, str] | None]):
         head.append(data.input_summary)
         if data.projected_modifications:
             head.append("\nwould modify: " + ", ".join(data.projected_modifications), style="dim")
-        head.append(f"\nexpires {data.expires_at}", style="dim")
         keys = Text.assemble(
             ("y", "bold green"),
             " allow  ",
@@ -188,11 +187,26 @@ class ConfirmationScreen(ModalScreen[tuple[str, str] | None]):
             ("esc", "bold"),
             " later",
         )
+        if data.scope_text:
+            # Say exactly what "s" grants: for a shell, one program and
+            # subcommand at one rating, not every later command.
+            keys.append(f"\n s = {data.scope_text}", style="dim")
         with Vertical():
             yield Static(head, id="confirm-head")
+            yield Static(self._expiry(), id="confirm-expiry")
             with VerticalScroll(id="confirm-preview"):
                 yield Static(Group(_preview(data)), id="confirm-preview-text")
             yield Static(keys, id="confirm-keys")
+
+    def _expiry(self) -> Text:
+        return Text(time_left(self.data.expires_at), style="dim")
+
+    def on_mount(self) -> None:
+        # The time left counts down while the pop-up is open.
+        self.set_interval(1.0, self._tick)
+
+    def _tick(self) -> None:
+        self.query_one("#confirm-expiry", Static).update(self._expiry())
 
     def action_answer(self, decision: str, scope: str) -> None:
         self.dismiss((decision, scope))

@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from dataclasses import dataclass, field
 from typing import Any
 
 from adapters.canonical import SideEffects, ToolDefinition
 from dispatcher.errors import ToolError, ToolExecutionError, ToolPermissionDenied
+from dispatcher.sandbox import Sandbox
 from dispatcher.tool import ConfirmationPreview, ToolContext, ToolOutput
 from dispatcher.tools.common import (
     check_cancelled,
+    git_guard,
     object_schema,
     path_property,
     refuse_git_internals,
@@ -31,15 +34,16 @@ from dispatcher.tools.file_locks import locked_paths
 from dispatcher.tools.files import decode_text
 from dispatcher.tools.system_patch import SystemPatchError, apply_with_system_patch
 from dispatcher.tools.textdiff import unified_file_diff
-from dispatcher.workspace import WorkspaceFileAPI
+from dispatcher.workspace import WorkspaceFileAPI, WorkspacePathNotFound
 
 
 @dataclass(slots=True)
 class _Target:
-    """One file the patch touches, with its sections in patch order."""
+    """One file the patch touches, with its sections in patch order.
+    ``lock_key`` is its physical path: a name to lock on, never to open."""
 
     rel: str
-    absolute: str
+    lock_key: str
     patches: list[FilePatch] = field(default_factory=list)
 
 
@@ -81,8 +85,8 @@ class ApplyPatchTool:
         ws = context.workspace_files
         files = parse_unified_diff(input["patch"], default_path=input.get("path"))
         targets = _targets(ws, files, input.get("path"))
-        async with locked_paths(t.absolute for t in targets):
-            plan = await _plan(ws, targets)
+        async with locked_paths(t.lock_key for t in targets):
+            plan = await _plan(ws, targets, context.sandbox)
             deleting = [rel for rel, data in plan.after.items() if data is None]
             if deleting and not ws.allow_delete:
                 raise ToolPermissionDenied(
@@ -146,13 +150,18 @@ def _choose_path(ws: WorkspaceFileAPI, fp: FilePatch) -> str:
         return fp.new_path
     # `diff -u file.orig file` style: patch the side that exists, preferring the new name.
     for candidate in (fp.new_path, fp.old_path):
-        if ws.resolve(candidate).is_file():
-            return candidate
+        try:
+            if stat.S_ISREG(ws.stat(candidate).st_mode):
+                return candidate
+        except ToolExecutionError:
+            continue  # missing (or under a file): try the other name
     raise ToolExecutionError(f"neither {fp.old_path!r} nor {fp.new_path!r} exists")
 
 
-async def _plan(ws: WorkspaceFileAPI, targets: list[_Target]) -> _Plan:
-    size = _total_size(targets)
+async def _plan(
+    ws: WorkspaceFileAPI, targets: list[_Target], sandbox: Sandbox | None = None
+) -> _Plan:
+    size = _total_size(ws, targets)
     before = await run_blocking(lambda: _read_originals(ws, targets), size_hint=size)
     try:
         after = await run_blocking(lambda: _apply_in_python(targets, before), size_hint=size)
@@ -161,7 +170,7 @@ async def _plan(ws: WorkspaceFileAPI, targets: list[_Target]) -> _Plan:
         python_failure = exc.message if isinstance(exc, ToolError) else str(exc)
     sections = [fp for t in targets for fp in t.patches]
     try:
-        after, messages = await apply_with_system_patch(sections, before)
+        after, messages = await apply_with_system_patch(sections, before, sandbox=sandbox)
     except SystemPatchError as exc:
         raise ToolExecutionError(
             f"the patch does not apply: {python_failure}. The system patch program could not "
@@ -177,11 +186,11 @@ async def _plan(ws: WorkspaceFileAPI, targets: list[_Target]) -> _Plan:
     return _Plan(before, after, "system_patch", messages, python_failure)
 
 
-def _total_size(targets: list[_Target]) -> int:
+def _total_size(ws: WorkspaceFileAPI, targets: list[_Target]) -> int:
     total = 0
     for t in targets:
-        with contextlib.suppress(OSError):
-            total += os.stat(t.absolute).st_size
+        with contextlib.suppress(ToolError):
+            total += ws.stat(t.rel).st_size
     return total
 
 
@@ -190,15 +199,18 @@ def _read_originals(ws: WorkspaceFileAPI, targets: list[_Target]) -> dict[str, b
     exists or not as the patch expects."""
     before: dict[str, bytes | None] = {}
     for t in targets:
-        exists = os.path.lexists(t.absolute)
         first = t.patches[0]
-        if os.path.isdir(t.absolute):
-            raise ToolExecutionError(f"{t.rel!r} is a directory, not a file")
-        if first.status == "created" and exists:
+        # Opened once, by descriptor: what is checked is what is read.
+        try:
+            fd: int | None = ws.open_file(t.rel)
+        except WorkspacePathNotFound:
+            fd = None
+        if fd is not None and first.status == "created":
+            os.close(fd)
             raise ToolExecutionError(f"the patch creates {t.rel!r}, but it already exists")
-        if first.status != "created" and not exists:
+        if fd is None and first.status != "created":
             raise ToolExecutionError(f"the patch changes {t.rel!r}, but it does not exist")
-        before[t.rel] = ws.read_bytes(t.rel) if exists else None
+        before[t.rel] = None if fd is None else ws.read_fd(fd, t.rel)
     return before
 
 
@@ -225,36 +237,25 @@ def _commit(ws: WorkspaceFileAPI, plan: _Plan) -> None:
             if new == plan.before[rel]:
                 continue
             if new is None:
-                ws.delete(rel)
+                ws.delete(rel, guard=git_guard(rel))
             else:
-                made_dirs.extend(_missing_parents(ws, rel))
-                ws.write_bytes(rel, new)
+                made_dirs.extend(ws.write_bytes(rel, new, guard=git_guard(rel)).made_dirs)
             done.append(rel)
     except (ToolError, OSError) as exc:
         for rel in reversed(done):
             old = plan.before[rel]
             with contextlib.suppress(ToolError, OSError):
                 if old is None:
-                    os.unlink(ws.resolve(rel))
+                    ws.unlink(rel)
                 else:
                     ws.write_bytes(rel, old)
         for directory in reversed(made_dirs):
-            with contextlib.suppress(OSError):
-                os.rmdir(directory)
+            with contextlib.suppress(ToolError, OSError):
+                ws.rmdir(directory)
         reason = exc.message if isinstance(exc, ToolError) else str(exc)
         raise ToolExecutionError(
             f"writing the patched files failed ({reason}); every file was restored"
         ) from exc
-
-
-def _missing_parents(ws: WorkspaceFileAPI, rel: str) -> list[str]:
-    """Folders that writing ``rel`` will create, outermost first."""
-    missing: list[str] = []
-    parent = os.path.dirname(str(ws.resolve(rel)))
-    while not os.path.isdir(parent) and ws.contains(parent):
-        missing.append(parent)
-        parent = os.path.dirname(parent)
-    return list(reversed(missing))
 
 
 def _file_change_diff(rel: str, before: bytes | None, after: bytes | None) -> str:

@@ -5,14 +5,15 @@ cancellation checks, and running blocking file work off the event loop.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import anyio.to_thread
 
-from dispatcher.errors import ToolCancelled, ToolExecutionError, ToolPermissionDenied
+from dispatcher.errors import ToolCancelled, ToolError, ToolExecutionError, ToolPermissionDenied
 from dispatcher.tool import ToolContext
-from dispatcher.workspace import WorkspaceFileAPI
+from dispatcher.workspace import WorkspaceFileAPI, WorkspacePathNotFound
 
 T = TypeVar("T")
 
@@ -54,35 +55,49 @@ async def run_blocking(func: Callable[[], T], *, size_hint: int = 0) -> T:
 def file_size(workspace: WorkspaceFileAPI, path: str) -> int:
     """Size of a confined path, 0 when it does not exist (the caller reports that)."""
     try:
-        return os.stat(workspace.resolve(path)).st_size
-    except OSError:
+        return workspace.stat(path).st_size
+    except ToolError:
         return 0
 
 
 def relative_path(workspace: WorkspaceFileAPI, path: str) -> str:
-    """The confined, normalised workspace-relative form of ``path``."""
+    """The confined, normalised workspace-relative form of ``path``: a name to
+    show, compare or lock on, never to open (use the workspace's fd API)."""
     return workspace.relative(workspace.resolve(path))
 
 
 def refuse_git_internals(workspace: WorkspaceFileAPI, path: str) -> str:
     """Write tools never touch ``.git``: a crafted ``.git/config`` could make a
     read-only git tool run programs (fsmonitor, filters). Returns the
-    workspace-relative path when it is allowed."""
+    workspace-relative path when it is allowed. A name-based early check: the
+    write itself repeats it on the path its walk reached (``git_guard``)."""
     rel = relative_path(workspace, path)
-    if ".git" in rel.split("/"):
-        raise ToolPermissionDenied(
-            f"{path!r} is inside a .git directory; file tools do not modify git internals"
-        )
+    git_guard(path)(rel)
     return rel
 
 
-def require_file(workspace: WorkspaceFileAPI, path: str) -> None:
-    """Raise a clear 'does not exist' / 'is a directory' error for ``path``."""
-    target = workspace.resolve(path)
-    if not target.exists():
-        raise ToolExecutionError(f"file {path!r} does not exist")
-    if target.is_dir():
+def git_guard(path: str) -> Callable[[str], None]:
+    """A WorkspaceFileAPI write guard refusing any path inside a ``.git`` folder
+    (the error names ``path``, as the caller gave it)."""
+
+    def check(rel: str) -> None:
+        if ".git" in rel.split("/"):
+            raise ToolPermissionDenied(
+                f"{path!r} is inside a .git directory; file tools do not modify git internals"
+            )
+
+    return check
+
+
+def require_file(workspace: WorkspaceFileAPI, path: str) -> os.stat_result:
+    """The status of ``path``, or a clear 'does not exist' / 'is a directory' error."""
+    try:
+        st = workspace.stat(path)
+    except WorkspacePathNotFound:
+        raise ToolExecutionError(f"file {path!r} does not exist") from None
+    if stat.S_ISDIR(st.st_mode):
         raise ToolExecutionError(f"{path!r} is a directory, not a file")
+    return st
 
 
 class Options:

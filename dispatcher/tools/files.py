@@ -1,13 +1,14 @@
 """File tools: read_file, write_file, patch_file, delete_file.
 
-Every byte goes through the session's WorkspaceFileAPI, which confines paths
-to the workspace and writes atomically. Write tools also hold a per-file lock
+Every byte goes through the session's WorkspaceFileAPI, which reaches files
+by descriptor from the workspace root (never re-opening a checked name) and
+writes atomically. Write tools also hold a per-file lock
 (see file_locks) so concurrent calls on one file apply one after the other.
 """
 
 from __future__ import annotations
 
-import stat
+import os
 from typing import Any
 
 from adapters.canonical import SideEffects, ToolDefinition
@@ -16,16 +17,17 @@ from dispatcher.tool import ConfirmationPreview, ToolContext, ToolOutput
 from dispatcher.tools.common import (
     Options,
     check_cancelled,
-    file_size,
+    git_guard,
     object_schema,
     path_property,
     refuse_git_internals,
+    relative_path,
     require_file,
     run_blocking,
 )
 from dispatcher.tools.file_locks import locked_paths
 from dispatcher.tools.textdiff import unified_file_diff
-from dispatcher.workspace import WorkspaceFileAPI
+from dispatcher.workspace import WorkspaceFileAPI, WorkspacePathNotFound
 
 DEFAULT_READ_MAX_CHARS = 2 * 1024 * 1024
 
@@ -104,25 +106,26 @@ class ReadFileTool:
         offset: int = input.get("offset", 1)
         limit: int | None = input.get("limit")
         ws = context.workspace_files
-        target = ws.resolve(path)
+        rel = relative_path(ws, path)  # for the reply only; the read uses the descriptor
         try:
-            st = target.stat()
-        except FileNotFoundError:
+            fd = ws.open_file(path)
+        except WorkspacePathNotFound:
             raise ToolExecutionError(f"file {path!r} does not exist") from None
+        try:
+            size_hint = os.fstat(fd).st_size
         except OSError as exc:
+            os.close(fd)
             raise ToolExecutionError(f"{path!r}: {exc.strerror}") from exc
-        if stat.S_ISDIR(st.st_mode):
-            raise ToolExecutionError(f"{path!r} is a directory, not a file")
 
         def load() -> tuple[str, int, int]:
             # One trip to a worker thread for large files: read, count, decode.
-            data = ws.read_bytes(path)
+            data = ws.read_fd(fd, path)
             # Counting b"\n" in the bytes is a memchr; on the decoded text it is not.
             total = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
             return decode_text(data, path), total, len(data)
 
-        text, total, size = await run_blocking(load, size_hint=st.st_size)
-        return _select_lines(ws.relative(target), text, total, offset, limit, max_chars, size)
+        text, total, size = await run_blocking(load, size_hint=size_hint)
+        return _select_lines(rel, text, total, offset, limit, max_chars, size)
 
     async def cancel(self) -> bool:
         return False
@@ -204,21 +207,21 @@ class WriteFileTool:
         content: str = input["content"]
         mode: str = input.get("mode", "overwrite")
         rel = refuse_git_internals(ws, path)
-        target = ws.resolve(path)
-        if target.is_dir():
-            raise ToolExecutionError(f"{path!r} is a directory, not a file")
-        if not input.get("create_parents", True) and not target.parent.is_dir():
-            raise ToolExecutionError(
-                f"the folder of {path!r} does not exist and create_parents is false"
-            )
+        parents: bool = input.get("create_parents", True)
+        guard = git_guard(path)
         encoded = content.encode("utf-8")
-        async with locked_paths([str(target)]):
-            created = not target.exists()
+        async with locked_paths([str(ws.resolve(path))]):
             if mode == "append":
-                await run_blocking(lambda: ws.append(path, content), size_hint=len(encoded))
+                result = await run_blocking(
+                    lambda: ws.append(path, content, create_parents=parents, guard=guard),
+                    size_hint=len(encoded),
+                )
             else:
-                await run_blocking(lambda: ws.write_bytes(path, encoded), size_hint=len(encoded))
-            size_after = file_size(ws, path)
+                result = await run_blocking(
+                    lambda: ws.write_bytes(path, encoded, create_parents=parents, guard=guard),
+                    size_hint=len(encoded),
+                )
+        created, size_after = result.created, result.size
         verb = "Created" if created else ("Appended to" if mode == "append" else "Overwrote")
         return ToolOutput.text(
             f"{verb} {rel} ({len(encoded)} bytes written, {size_after} bytes now)",
@@ -240,9 +243,8 @@ class WriteFileTool:
     ) -> ConfirmationPreview:
         path: str = input["path"]
         rel = refuse_git_internals(workspace, path)
-        target = workspace.resolve(path)
         content: str = input["content"]
-        if not target.exists():
+        if not workspace.exists(path):
             diff = file_diff(rel, "", content, created=True)
         else:
             try:
@@ -285,15 +287,16 @@ class PatchFileTool:
         ws = context.workspace_files
         path: str = input["path"]
         rel = refuse_git_internals(ws, path)
-        target = ws.resolve(path)
-        async with locked_paths([str(target)]):
-            require_file(ws, path)
-            size = file_size(ws, path)
+        guard = git_guard(path)
+        async with locked_paths([str(ws.resolve(path))]):
+            size = require_file(ws, path).st_size
             before, after, line = await run_blocking(
                 lambda: _replace_once(ws, path, rel, input["old_str"], input["new_str"]),
                 size_hint=size,
             )
-            await run_blocking(lambda: ws.write(path, after), size_hint=size)
+            # Read and write are two walks: a link swapped between them can
+            # only redirect the write to another file inside the workspace.
+            await run_blocking(lambda: ws.write(path, after, guard=guard), size_hint=size)
         diff = file_diff(rel, before, after)
         return ToolOutput.text(
             diff,
@@ -364,11 +367,9 @@ class DeleteFileTool:
         if not ws.allow_delete:
             raise ToolPermissionDenied("deleting files is disabled for this workspace")
         rel = refuse_git_internals(ws, path)
-        target = ws.resolve(path)
-        async with locked_paths([str(target)]):
-            require_file(ws, path)
-            size = file_size(ws, path)
-            ws.delete(path)
+        async with locked_paths([str(ws.resolve(path))]):
+            size = require_file(ws, path).st_size
+            ws.delete(path, guard=git_guard(path))
         return ToolOutput.text(
             f"Deleted {rel} ({size} bytes)",
             metadata={"path": rel, "size_bytes": size},

@@ -39,8 +39,8 @@ class _GitTool:
     def __init__(self) -> None:
         self._git: GitRunner | None = None
 
-    def _runner(self, context: ToolContext) -> GitRunner:
-        self._git = GitRunner(context)
+    def _runner(self, context: ToolContext, *, writable: bool = False) -> GitRunner:
+        self._git = GitRunner(context, writable=writable)
         return self._git
 
     async def cancel(self) -> bool:
@@ -71,7 +71,16 @@ class GitStatusTool(_GitTool):
         check_cancelled(context, "git_status")
         git = self._runner(context)
         result = await git.run(
-            ["status", "--porcelain=v2", "--branch", "-z", "--untracked-files=all"]
+            [
+                "status",
+                "--porcelain=v2",
+                "--branch",
+                "-z",
+                "--untracked-files=all",
+                # git would run `git status` inside each submodule, under a
+                # config we have not vetted.
+                "--ignore-submodules=all",
+            ]
         )
         status = parse_status_v2(result.stdout)
         return ToolOutput.text(_render_status(status), metadata=status.as_dict())
@@ -133,7 +142,7 @@ class GitDiffTool(_GitTool):
         limit = options.integer(
             "max_output_bytes", DEFAULT_DIFF_BYTES, minimum=1024, maximum=64 * 1024 * 1024
         )
-        base = ["diff", "--no-ext-diff", "--no-textconv", "--no-color"]
+        base = ["diff", "--no-ext-diff", "--no-textconv", "--no-color", "--ignore-submodules=all"]
         if input.get("staged", False):
             base.append("--cached")
         revs = [check_revision(input["ref"], "ref")] if "ref" in input else []
@@ -202,6 +211,9 @@ class GitLogTool(_GitTool):
             f"--max-count={input.get('max_count', 20)}",
             f"--format={LOG_FORMAT}",
             "--no-color",
+            "--no-ext-diff",
+            "--no-textconv",
+            "--no-show-signature",
             "--end-of-options",
             *revs,
             "--",
@@ -268,7 +280,7 @@ class GitCommitTool(_GitTool):
         if not message.strip():
             raise ToolValidationError("message must not be blank")
         paths = [refuse_git_internals(ws, p) for p in input.get("paths", [])]
-        git = self._runner(context)
+        git = self._runner(context, writable=True)
         if input.get("all", False):
             await git.run(["add", "-A", "--", "."])
         if paths:
@@ -308,10 +320,11 @@ class GitCommitTool(_GitTool):
 
 
 async def _identity(git: GitRunner, options: Options) -> dict[str, str]:
-    """Author/committer from git config, else from options (or a default), so a
-    fresh repository can commit without asking anyone."""
-    configured = await git.run(["config", "--get", "user.email"], check=False)
-    if configured.exit_code == 0 and configured.stdout.strip():
+    """Author/committer from the repository's config, else from options (or a
+    default), so a fresh repository can commit without asking anyone. Global
+    and system config are never read (see git_runner)."""
+    config = await git.config()
+    if (config.get("user.email") or "").strip():
         return {}
     name = str(options.raw.get("author_name", DEFAULT_AUTHOR[0]))
     email = str(options.raw.get("author_email", DEFAULT_AUTHOR[1]))
@@ -371,7 +384,7 @@ class GitBranchTool(_GitTool):
     async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:
         check_cancelled(context, "git_branch")
         action = input.get("action", "list")
-        git = self._runner(context)
+        git = self._runner(context, writable=action != "list")
         if action == "list":
             return await _list_branches(git)
         name = await _branch_name(git, input.get("name"))
@@ -395,7 +408,17 @@ class GitBranchTool(_GitTool):
         changed: list[str] = []
         if before.strip():
             diff = await git.run(
-                ["diff", "--name-only", "-z", before.decode().strip(), "HEAD", "--"]
+                [
+                    "diff",
+                    "--no-ext-diff",
+                    "--no-textconv",
+                    "--ignore-submodules=all",
+                    "--name-only",
+                    "-z",
+                    before.decode().strip(),
+                    "HEAD",
+                    "--",
+                ]
             )
             changed = [p.decode("utf-8", "replace") for p in diff.stdout.split(b"\x00") if p]
         return ToolOutput.text(

@@ -13,17 +13,28 @@ everything except the scan itself:
 - case-insensitive matching is Unicode simple case folding (rg's default,
   grep under a UTF-8 locale, Python's ``re.IGNORECASE``);
 - results are ordered by file (walk order) then line, and cut at the limit.
+
+rg and grep never get a name to open. The server opens every file itself,
+by descriptor from the workspace root (search_files.open_candidates), and
+hands the program ``/proc/self/fd/N`` for each: the kernel resolves such a
+name to the very file already open, so a process that swaps a file or folder
+for a symbolic link after the walk changes nothing about what is read. When
+the session has a sandbox, rg/grep also run inside it with only the system
+folders and the read-only workspace visible (``host_view="system"``): a
+second wall, should anything ever reach them by name.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import os
 import re
+import resource
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +42,7 @@ import anyio.to_thread
 
 from adapters.canonical import SideEffects, ToolDefinition
 from dispatcher.errors import ToolExecutionError, ToolValidationError
+from dispatcher.sandbox import Sandbox
 from dispatcher.tool import ToolContext, ToolOutput
 from dispatcher.tools.common import (
     Options,
@@ -44,15 +56,31 @@ from dispatcher.tools.search_files import (
     DEFAULT_MAX_FILES,
     Candidate,
     looks_binary,
-    sniff_binary,
+    open_candidates,
+    read_fd,
+    sandboxed_reader,
+    sniff_binary_fd,
 )
 from dispatcher.tools.search_files import gather_candidates as _gather
 from dispatcher.workspace import WorkspaceFileAPI
 
 BACKENDS = ("auto", "rg", "grep", "python")
-# Bound on the bytes of file names handed to one rg/grep run.
-ARGS_CHUNK_BYTES = 64 * 1024
 BACKEND_TIMEOUT = 120.0
+FD_DIR = "/proc/self/fd"
+MAX_FD_CHUNK = 4096
+
+
+def _fd_chunk() -> int:
+    """Files (open descriptors) handed to one rg/grep run: an eighth of the
+    process's descriptor limit (so a few concurrent searches cannot exhaust
+    it), at most MAX_FD_CHUNK. Each run costs a process start (and a sandbox
+    start), so bigger is faster: raise ``ulimit -n`` for big workspaces."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return MAX_FD_CHUNK
+    return max(16, min(MAX_FD_CHUNK, soft // 8))
+
+
 log = logging.getLogger("toolrelay.tools.grep")
 
 
@@ -67,7 +95,12 @@ class GrepMatch:
 
 
 def choose_backend(requested: str) -> str:
-    """The backend to use: the requested one, or the best installed for 'auto'."""
+    """The backend to use: the requested one, or the best installed for 'auto'.
+    Without /proc (no way to name an open file) only Python can search safely."""
+    if requested != "python" and not os.path.isdir(FD_DIR):
+        if requested == "auto":
+            return "python"
+        raise ToolExecutionError(f"grep backend {requested!r} needs {FD_DIR}, which is missing")
     if requested == "auto":
         if shutil.which("rg"):
             return "rg"
@@ -149,11 +182,26 @@ class GrepTool:
         if backend == "python":
             found = await anyio.to_thread.run_sync(
                 lambda: python_search(
-                    ws, cands.files, pattern, ignore_case, limit + 1, context.cancel_event.is_set
+                    ws,
+                    cands.files,
+                    pattern,
+                    ignore_case,
+                    limit + 1,
+                    context.cancel_event.is_set,
+                    max_bytes,
                 )
             )
         else:
-            found = await self._external(backend, ws, cands.files, pattern, ignore_case, limit + 1)
+            found = await self._external(
+                backend,
+                ws,
+                cands.files,
+                pattern,
+                ignore_case,
+                limit + 1,
+                max_bytes,
+                context.sandbox,
+            )
         check_cancelled(context, "grep")
         truncated = len(found) > limit
         found = found[:limit]
@@ -190,27 +238,70 @@ class GrepTool:
         pattern: str,
         ignore_case: bool,
         limit: int,
+        max_bytes: int,
+        sandbox: Sandbox | None,
     ) -> list[GrepMatch]:
-        index = {c.rel: i for i, c in enumerate(files)}
+        exe = shutil.which(backend)
+        if exe is None:
+            raise ToolExecutionError(f"grep backend {backend!r} is not installed")
+        opened = open_candidates(ws, enumerate(files), max_bytes)
+        chunk_size = _fd_chunk()
         found: list[GrepMatch] = []
-        for chunk in _chunks(files):
-            argv = _argv(backend, pattern, ignore_case, limit, [c.rel for c in chunk])
-            output = await self._run(argv, ws.workspace_root)
-            matches = sorted(_parse_output(output, index), key=lambda m: (m.file_index, m.line))
-            binary: dict[int, bool] = {}
-            for m in matches:
-                if m.file_index not in binary:
-                    binary[m.file_index] = sniff_binary(files[m.file_index].real)
-                if not binary[m.file_index]:
-                    found.append(m)
-            if len(found) >= limit:
-                break
+        try:
+            while len(found) < limit:
+                # Opening is file I/O: off the event loop, one chunk per hop.
+                chunk = await anyio.to_thread.run_sync(
+                    lambda: list(itertools.islice(opened, chunk_size))
+                )
+                if not chunk:
+                    break
+                try:
+                    found += await self._run_chunk(
+                        exe, backend, chunk, pattern, ignore_case, limit, sandbox
+                    )
+                finally:
+                    for _, _, fd in chunk:
+                        os.close(fd)
+        finally:
+            opened.close()
         return found[:limit]
 
-    async def _run(self, argv: list[str], cwd: str) -> bytes:
+    async def _run_chunk(
+        self,
+        exe: str,
+        backend: str,
+        chunk: list[tuple[int, Candidate, int]],
+        pattern: str,
+        ignore_case: bool,
+        limit: int,
+        sandbox: Sandbox | None,
+    ) -> list[GrepMatch]:
+        """One rg/grep run over files already open in this process; the
+        program reads them as /proc/self/fd/N of the descriptors it inherits."""
+        by_name = {f"{FD_DIR}/{fd}": (i, cand, fd) for i, cand, fd in chunk}
+        argv = _argv(exe, backend, pattern, ignore_case, limit, list(by_name))
+        if sandbox is not None:
+            argv = sandboxed_reader(sandbox, argv, [exe])
+        output = await self._run(argv, [fd for _, _, fd in chunk])
+        matches = sorted(
+            _parse_output(output, by_name), key=lambda mf: (mf[0].file_index, mf[0].line)
+        )
+        binary: dict[int, bool] = {}
+        kept: list[GrepMatch] = []
+        for m, fd in matches:
+            if m.file_index not in binary:
+                binary[m.file_index] = sniff_binary_fd(fd)
+            if not binary[m.file_index]:
+                kept.append(m)
+        return kept
+
+    async def _run(self, argv: list[str], pass_fds: Sequence[int]) -> bytes:
         proc = await asyncio.create_subprocess_exec(
             *argv,
-            cwd=cwd,
+            # No workspace name is needed (files come as descriptors); "/"
+            # keeps the program's cwd from depending on one.
+            cwd="/",
+            pass_fds=pass_fds,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
@@ -242,39 +333,31 @@ class GrepTool:
         return out
 
 
-def _argv(backend: str, pattern: str, ignore_case: bool, limit: int, paths: list[str]) -> list[str]:
+def _argv(
+    exe: str, backend: str, pattern: str, ignore_case: bool, limit: int, paths: list[str]
+) -> list[str]:
     case = ["-i"] if ignore_case else ["-s"] if backend == "rg" else []
     if backend == "rg":
+        # --no-follow: the paths are single files, but should one ever be a
+        # folder, rg must not follow links found inside it.
         return [
-            "rg", "--no-config", "--no-ignore", "--hidden", "-a", "-F", "-n", "--no-heading",
-            "--with-filename", "--null", "--color", "never", *case, "-m", str(limit),
-            "-e", pattern, "--", *paths,
+            exe, "--no-config", "--no-ignore", "--hidden", "--no-follow", "-a", "-F", "-n",
+            "--no-heading", "--with-filename", "--null", "--color", "never", *case,
+            "-m", str(limit), "-e", pattern, "--", *paths,
         ]  # fmt: skip
     return [
-        "grep", "-a", "-F", "-n", "-H", "-Z", "--color=never", *case, "-m", str(limit),
+        exe, "-a", "-F", "-n", "-H", "-Z", "--color=never", *case, "-m", str(limit),
         "-e", pattern, "--", *paths,
     ]  # fmt: skip
 
 
-def _chunks(files: list[Candidate]) -> list[list[Candidate]]:
-    chunks: list[list[Candidate]] = []
-    current: list[Candidate] = []
-    size = 0
-    for c in files:
-        if current and size + len(c.rel) + 1 > ARGS_CHUNK_BYTES:
-            chunks.append(current)
-            current, size = [], 0
-        current.append(c)
-        size += len(c.rel) + 1
-    if current:
-        chunks.append(current)
-    return chunks
-
-
-def _parse_output(output: bytes, index: dict[str, int]) -> list[GrepMatch]:
+def _parse_output(
+    output: bytes, by_name: dict[str, tuple[int, Candidate, int]]
+) -> list[tuple[GrepMatch, int]]:
     """Records are ``path NUL line ':' text '\\n'``; a path never holds NUL and
-    a line never holds '\\n', so this split is exact."""
-    matches: list[GrepMatch] = []
+    a line never holds '\\n', so this split is exact. Each match comes with
+    the descriptor of its file."""
+    matches: list[tuple[GrepMatch, int]] = []
     pos = 0
     end = len(output)
     while pos < end:
@@ -288,10 +371,11 @@ def _parse_output(output: bytes, index: dict[str, int]) -> list[GrepMatch]:
         record = output[nul + 1 : newline]
         pos = newline + 1
         number, _, text = record.partition(b":")
-        file_index = index.get(path)
-        if file_index is None or not number.isdigit():
+        known = by_name.get(path)
+        if known is None or not number.isdigit():
             continue
-        matches.append(GrepMatch(file_index, path, int(number), _decode_line(text)))
+        index, cand, fd = known
+        matches.append((GrepMatch(index, cand.rel, int(number), _decode_line(text)), fd))
     return matches
 
 
@@ -308,18 +392,33 @@ def python_search(
     ignore_case: bool,
     limit: int,
     cancelled: Callable[[], bool],
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
 ) -> list[GrepMatch]:
-    """The pure-Python backend; reads every file through the workspace API."""
+    """The pure-Python backend; reads every file by descriptor (open_candidates)."""
+    with contextlib.closing(open_candidates(ws, enumerate(files), max_file_bytes)) as opened:
+        return _python_scan(opened, pattern, ignore_case, limit, cancelled, max_file_bytes)
+
+
+def _python_scan(
+    opened: Iterator[tuple[int, Candidate, int]],
+    pattern: str,
+    ignore_case: bool,
+    limit: int,
+    cancelled: Callable[[], bool],
+    max_file_bytes: int,
+) -> list[GrepMatch]:
     needle = pattern.encode("utf-8")
     folded = re.compile(re.escape(pattern), re.IGNORECASE) if ignore_case else None
     found: list[GrepMatch] = []
-    for i, cand in enumerate(files):
+    for i, cand, fd in opened:
+        try:
+            data = read_fd(fd, max_file_bytes)
+        finally:
+            os.close(fd)
         if cancelled():
             break
-        try:
-            data = ws.read_bytes(cand.rel)
-        except Exception:
-            continue  # vanished or unreadable, as rg/grep would skip it
+        if data is None:
+            continue  # grew past the budget or unreadable, as rg/grep would skip it
         if looks_binary(data):
             continue
         if folded is None and needle not in data:

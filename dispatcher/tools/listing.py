@@ -1,8 +1,10 @@
-"""list_dir and find_files: what is in the workspace, by folder or by name."""
+"""list_dir and find_files: what is in the workspace, by folder or by name.
+
+Both read only names and metadata, through the descriptor walk (walk.py):
+no file content is opened, and no folder is entered by name."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -12,7 +14,7 @@ from adapters.canonical import SideEffects, ToolDefinition
 from dispatcher.tool import ToolContext, ToolOutput
 from dispatcher.tools.common import check_cancelled, object_schema, path_property
 from dispatcher.tools.globbing import name_or_path_match
-from dispatcher.tools.walk import Entry, walk
+from dispatcher.tools.walk import Entry, Walk
 from dispatcher.workspace import WorkspaceFileAPI
 
 
@@ -72,22 +74,23 @@ class ListDirTool:
         ws = context.workspace_files
 
         def run() -> tuple[str, list[Entry], bool]:
-            start_rel = ws.relative(ws.resolve(path))
             found: list[Entry] = []
-            for entry in walk(
+            with Walk(
                 ws,
                 path,
                 recursive=recursive,
                 respect_gitignore=input.get("respect_gitignore", True),
                 cancelled=context.cancel_event.is_set,
-            ):
-                if pattern is not None and not name_or_path_match(
-                    pattern, _relative_to(start_rel, entry.rel)
-                ):
-                    continue
-                if len(found) == limit:
-                    return start_rel, found, True
-                found.append(entry)
+            ) as walk:
+                start_rel = walk.start_rel
+                for entry in walk:
+                    if pattern is not None and not name_or_path_match(
+                        pattern, _relative_to(start_rel, entry.rel)
+                    ):
+                        continue
+                    if len(found) == limit:
+                        return start_rel, found, True
+                    found.append(entry)
             return start_rel, found, False
 
         start_rel, entries, truncated = await anyio.to_thread.run_sync(run)
@@ -182,15 +185,15 @@ def find_matching_files(
 ) -> tuple[list[str], bool]:
     """Workspace-relative paths of files (not folders) below ``path`` matching
     ``pattern``; the flag says whether more matched than ``limit``."""
-    start_rel = ws.relative(ws.resolve(path))
     found: list[str] = []
-    for entry in walk(
+    with Walk(
         ws, path, recursive=recursive, respect_gitignore=respect_gitignore, cancelled=cancelled
-    ):
-        if entry.is_dir or (entry.is_symlink and os.path.isdir(entry.absolute)):
-            continue
-        if name_or_path_match(pattern, _relative_to(start_rel, entry.rel)):
-            if len(found) == limit:
-                return found, True
-            found.append(entry.rel)
+    ) as walk:
+        for entry in walk:
+            if entry.is_dir or entry.target_is_dir:
+                continue
+            if name_or_path_match(pattern, _relative_to(walk.start_rel, entry.rel)):
+                if len(found) == limit:
+                    return found, True
+                found.append(entry.rel)
     return found, False

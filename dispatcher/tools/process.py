@@ -12,7 +12,14 @@ kept, enforce a timeout, and stop the whole group on request.
   SIGKILL to the group;
 - when the command itself exits, anything it left running in the background
   is killed too (after a short drain of the pipes): a tool call must not
-  leave processes behind.
+  leave processes behind;
+- while it runs, the group is guarded by the process's ChildReaper
+  (dispatcher/reaper.py): if the server dies, even by ``kill -9``, the
+  group and everything carrying the reaper's environment marker is killed.
+
+Spawning happens on the event-loop thread (``loop.subprocess_exec``): that
+matters for bubblewrap's ``--die-with-parent``, whose PR_SET_PDEATHSIG fires
+when the *thread* that forked the sandbox exits.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from dispatcher.reaper import child_reaper
 from dispatcher.tool import OutputSink
 
 DEFAULT_KILL_GRACE = 3.0
@@ -138,11 +146,12 @@ class ProcessRunner:
 
     async def _spawn(self) -> asyncio.subprocess.Process:
         loop = asyncio.get_running_loop()
+        reaper = child_reaper()
         transport, protocol = await loop.subprocess_exec(
             lambda: _ExitAwareProtocol(limit=READ_CHUNK * 4, loop=loop),
             *self.argv,
             cwd=self.cwd,
-            env=self.env,
+            env=reaper.environment(self.env),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
@@ -151,6 +160,8 @@ class ProcessRunner:
         self._protocol = protocol
         self._transport = transport
         self.proc = asyncio.subprocess.Process(transport, protocol, loop)
+        # start_new_session: the pid is the group id.
+        reaper.track(self.proc.pid)
         return self.proc
 
     async def run(self) -> ProcessResult:
@@ -196,6 +207,10 @@ class ProcessRunner:
         finally:
             cancelled.cancel()
             exited.cancel()
+            # Every path above has stopped the group; make sure (an unexpected
+            # error may not have), then stop guarding it so a reused id is never hit.
+            _signal_group(proc.pid, signal.SIGKILL)
+            child_reaper().untrack(proc.pid)
         self._flush_decoders()
         self._close()
         return ProcessResult(

@@ -6,20 +6,25 @@ server's event loop) for minutes. So the matching happens here, in a child
 process the tool can kill: it announces each file before it starts on it,
 and the parent kills it when one file takes longer than its budget.
 
-Run as a script (``python -I -S regex_worker.py``); it imports only the
-standard library so it starts in a few milliseconds. Input: one JSON object
-on stdin. Output: JSON lines, ``{"start": i}`` then ``{"done": i, ...}`` per
-file. Paths arrive already resolved and confined by the parent; each is
-checked again against the root in case it was swapped for a link meanwhile.
+Run as ``python -I -S -c <this file's source>``: it imports only the
+standard library so it starts in a few milliseconds, and it opens no file at
+all. The parent reads every file itself, by descriptor from the workspace
+root, and sends the bytes; a path swapped for a link meanwhile can therefore
+not make this process read anything (and in a sandboxed session it runs in
+the sandbox too, seeing only the system folders and the workspace).
+
+Input on stdin: one JSON line (the job), then per file a JSON line
+``{"index": i, "size": n}`` followed by exactly n bytes of content, until
+EOF. Output: JSON lines, ``{"start": i}`` then ``{"done": i, ...}`` per
+file; it stops reading once ``limit`` matches are found.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
-from typing import Any
+from typing import Any, BinaryIO
 
 SNIFF = 8192
 MAX_LINE_CHARS = 2000
@@ -30,18 +35,9 @@ def _emit(obj: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-def _search_file(
-    real: str, root_prefix: str, rx: re.Pattern[str], context: int, limit: int, max_bytes: int
+def _search_data(
+    data: bytes, rx: re.Pattern[str], context: int, limit: int
 ) -> tuple[list[dict[str, Any]], str | None]:
-    if not os.path.realpath(real).startswith(root_prefix):
-        return [], "left the workspace"
-    try:
-        with open(real, "rb") as fh:
-            if os.fstat(fh.fileno()).st_size > max_bytes:
-                return [], f"larger than {max_bytes} bytes"
-            data = fh.read(max_bytes + 1)
-    except OSError as exc:
-        return [], f"unreadable: {exc.strerror}"
     if b"\x00" in data[:SNIFF]:
         return [], "binary"
     lines = data.decode("utf-8", errors="replace").split("\n")
@@ -67,20 +63,37 @@ def _search_file(
     return found, None
 
 
+def _read_exact(stream: BinaryIO, size: int) -> bytes | None:
+    chunks: list[bytes] = []
+    left = size
+    while left > 0:
+        chunk = stream.read(left)
+        if not chunk:
+            return None  # the parent stopped sending mid-file
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
 def main() -> int:
-    """Read the job, search every file in order, report as JSON lines."""
-    job = json.loads(sys.stdin.read())
+    """Read the job, then search each file as it arrives, reporting as JSON lines."""
+    stdin = sys.stdin.buffer
+    job = json.loads(stdin.readline())
     flags = re.IGNORECASE if job["ignore_case"] else 0
     rx = re.compile(job["pattern"], flags)
-    root_prefix = job["root"].rstrip("/") + "/"
+    context = int(job["context"])
     remaining = int(job["limit"])
-    for index, real in job["files"]:
-        if remaining <= 0:
+    while remaining > 0:
+        header = stdin.readline()
+        if not header:
             break
+        meta = json.loads(header)
+        data = _read_exact(stdin, int(meta["size"]))
+        if data is None:
+            break
+        index = meta["index"]
         _emit({"start": index})
-        found, skipped = _search_file(
-            real, root_prefix, rx, int(job["context"]), remaining, int(job["max_bytes"])
-        )
+        found, skipped = _search_data(data, rx, context, remaining)
         remaining -= len(found)
         _emit({"done": index, "matches": found, "skipped": skipped})
     return 0

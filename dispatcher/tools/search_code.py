@@ -5,6 +5,13 @@ The matching runs in a killable child process (see regex_worker) with a time
 budget per file; a file that exceeds it is reported and skipped, and after a
 few such files the search stops, so a catastrophic pattern costs seconds, not
 the server. Files above a size budget are skipped before any matching.
+
+The worker opens no file: this process reads each one by descriptor from the
+workspace root (search_files.open_candidates) and streams its bytes to the
+worker's stdin, so a symbolic link swapped in after the walk cannot make
+the search read outside the workspace. When the session has a sandbox the
+worker runs in it as well (system view plus the Python installation it
+needs, workspace read-only), as every process started for a workspace does.
 """
 
 from __future__ import annotations
@@ -15,7 +22,9 @@ import json
 import os
 import re
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import anyio.to_thread
@@ -35,12 +44,24 @@ from dispatcher.tools.search_files import (
     DEFAULT_MAX_FILES,
     Candidate,
     gather_candidates,
+    open_candidates,
+    read_fd,
+    sandboxed_reader,
 )
+from dispatcher.workspace import WorkspaceFileAPI
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "regex_worker.py")
+# Passed with -c: the worker needs no path of ours visible (in the sandbox, the
+# server's source tree is not), and its stdin stays free for the file data.
+WORKER_SOURCE = Path(WORKER).read_text(encoding="utf-8")
+# The interpreter itself, not a venv's link to it: -I -S uses nothing of the venv.
+PYTHON = os.path.realpath(sys.executable)
 DEFAULT_FILE_TIMEOUT = 2.0
 DEFAULT_MAX_SLOW_FILES = 3
 WORKER_IDLE_TIMEOUT = 20.0
+# Files read per worker-thread hop while feeding the worker, and their bytes.
+FEED_BATCH_FILES = 64
+FEED_BATCH_BYTES = 4 * 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -133,7 +154,6 @@ class SearchCodeTool:
             "ignore_case": ignore_case,
             "context": ctx_lines,
             "max_bytes": max_bytes,
-            "root": ws.workspace_root,
         }
         progress = await self._search(cands.files, job, limit + 1, file_timeout, max_slow, context)
         truncated = len(progress.matches) > limit
@@ -179,9 +199,10 @@ class SearchCodeTool:
             if len(progress.slow_files) >= max_slow:
                 progress.stopped_early = True
                 break
-            job["files"] = [(i, c.real) for i, c in pending]
             job["limit"] = limit - len(progress.matches)
-            slow_index = await self._run_worker(job, files, progress, file_timeout, context)
+            slow_index = await self._run_worker(
+                job, files, pending, progress, file_timeout, context
+            )
             if slow_index is None:
                 break
             progress.slow_files.append(files[slow_index].rel)
@@ -192,16 +213,21 @@ class SearchCodeTool:
         self,
         job: dict[str, Any],
         files: list[Candidate],
+        pending: list[tuple[int, Candidate]],
         progress: _Progress,
         file_timeout: float,
         context: ToolContext,
     ) -> int | None:
-        """One worker run; returns the index of the file it was killed on, if any."""
+        """One worker run over ``pending``; returns the index of the file it
+        was killed on, if any."""
+        argv = [PYTHON, "-I", "-S", "-c", WORKER_SOURCE]
+        if context.sandbox is not None:
+            argv = sandboxed_reader(
+                context.sandbox, argv, [PYTHON, sys.base_prefix, sys.base_exec_prefix]
+            )
         proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-I",
-            "-S",
-            WORKER,
+            *argv,
+            cwd="/",
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
@@ -212,10 +238,16 @@ class SearchCodeTool:
         self._proc = proc
         assert proc.stdin is not None and proc.stdout is not None
         current: int | None = None
+        feeder = asyncio.ensure_future(
+            _feed(
+                proc.stdin,
+                context.workspace_files,
+                pending,
+                job,
+                int(job["max_bytes"]),
+            )
+        )
         try:
-            proc.stdin.write(json.dumps(job).encode("utf-8"))
-            await proc.stdin.drain()
-            proc.stdin.close()
             while True:
                 # The per-file budget runs from a file's "start" to its "done";
                 # start-up and the hop between files get a fixed, generous one.
@@ -250,7 +282,59 @@ class SearchCodeTool:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
                 await proc.wait()
+            feeder.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await feeder
             self._proc = None
+
+
+async def _feed(
+    stdin: asyncio.StreamWriter,
+    ws: WorkspaceFileAPI,
+    pending: list[tuple[int, Candidate]],
+    job: dict[str, Any],
+    max_bytes: int,
+) -> None:
+    """Write the job, then each pending file's bytes (read by descriptor, off
+    the event loop, a batch per hop) to the worker's stdin, then EOF. The
+    worker stopping early (limit reached, or killed) just ends the feed."""
+    opened = open_candidates(ws, pending, max_bytes)
+    try:
+        stdin.write(json.dumps(job).encode("utf-8") + b"\n")
+        while True:
+            batch = await anyio.to_thread.run_sync(lambda: _read_batch(opened, max_bytes))
+            if not batch:
+                break
+            for index, data in batch:
+                stdin.write(json.dumps({"index": index, "size": len(data)}).encode() + b"\n")
+                stdin.write(data)
+                await stdin.drain()
+        stdin.close()
+    except (BrokenPipeError, ConnectionResetError):
+        return
+    finally:
+        opened.close()
+
+
+def _read_batch(
+    opened: Iterator[tuple[int, Candidate, int]], max_bytes: int
+) -> list[tuple[int, bytes]]:
+    """The next few files' contents; a file that grew past the budget or
+    cannot be read is left out."""
+    batch: list[tuple[int, bytes]] = []
+    total = 0
+    for index, _, fd in opened:
+        try:
+            data = read_fd(fd, max_bytes)
+        finally:
+            os.close(fd)
+        if data is None:
+            continue
+        batch.append((index, data))
+        total += len(data)
+        if len(batch) >= FEED_BATCH_FILES or total >= FEED_BATCH_BYTES:
+            break
+    return batch
 
 
 async def _next_line(

@@ -7,12 +7,17 @@ four layers.
    command is refused without asking anyone.
 3. Limits: a timeout (default 30 s, 1..600), stdin from /dev/null, output
    capped by keeping head and tail, the exit code reported.
-4. The working directory must lie inside the workspace; with the ``sandbox``
-   option the command runs under bubblewrap (see sandbox.py).
+4. The working directory must lie inside the workspace; when the session
+   has a sandbox (``context.sandbox``, on by default wherever bubblewrap
+   works) the command runs in it with the full, read-only host view (see
+   dispatcher/sandbox.py). Without one it runs on the host, and the policy
+   asks for a confirmation first.
 
-Beyond that, output streams live through ``context.emit_output`` and a
+Beyond that, output streams live through ``context.emit_output``, a
 cancelled call stops the whole process group (SIGTERM, SIGKILL 3 s later)
-and reports what the command printed so far.
+and reports what the command printed so far, and nothing the command starts
+outlives the server (the sandbox's PID namespace, or the child reaper for an
+unsandboxed command: see dispatcher/reaper.py).
 
 The command sees a scrubbed environment, not the server's: API keys and
 tokens in the server's environment must not reach a command (``env`` is
@@ -36,11 +41,11 @@ from dispatcher.errors import (
     ToolTimeout,
     ToolValidationError,
 )
-from dispatcher.tool import CallRating, ConfirmationPreview, ToolContext, ToolOutput
+from dispatcher.sandbox import SandboxUnavailable
+from dispatcher.tool import CallRating, ConfirmationPreview, GrantScope, ToolContext, ToolOutput
 from dispatcher.tools.common import Options, check_cancelled, object_schema, path_property
 from dispatcher.tools.process import ProcessResult, ProcessRunner
-from dispatcher.tools.sandbox import SandboxUnavailable, bwrap_prefix
-from dispatcher.tools.shell_rules import Analysis, analyze
+from dispatcher.tools.shell_rules import Analysis, analyze, max_rating, rate_command
 from dispatcher.workspace import WorkspaceFileAPI
 
 DEFAULT_TIMEOUT = 30
@@ -104,10 +109,10 @@ class ShellTool:
 
     # -- hooks the dispatcher calls before running -------------------------
 
-    def rate(self, input: dict[str, Any]) -> CallRating:
+    def rate(self, input: dict[str, Any], workspace: WorkspaceFileAPI) -> CallRating:
         """The call's rating; a blocklisted command is refused here, before any
         confirmation is asked for (no one should be asked to approve it)."""
-        result = analyze(input["command"])
+        result = _rated(input, workspace)
         if result.blocked:
             raise ToolPermissionDenied(_blocked_message(result))
         return result.rating
@@ -115,12 +120,40 @@ class ShellTool:
     async def preview(
         self, input: dict[str, Any], workspace: WorkspaceFileAPI
     ) -> ConfirmationPreview:
-        result = analyze(input["command"])
+        """The whole command and its ``env`` first (marked never to be cut),
+        then where it runs and how it was rated."""
+        result = _rated(input, workspace)
         cwd = workspace.relative(workspace.resolve(input.get("cwd", ".")))
-        lines = [f"$ {input['command']}", f"(in {cwd}; rated {result.rating.value})"]
+        head = [f"$ {input['command']}"]
+        env = input.get("env")
+        if isinstance(env, Mapping) and env:
+            head.append("env:")
+            head += [f"  {k}={v}" for k, v in env.items()]
+        lines = [f"(in {cwd}; rated {result.rating.value})"]
         if result.blocked:
             lines.append("This command will be refused: " + "; ".join(result.blocked))
-        return ConfirmationPreview(text="\n".join(lines), kind="command")
+        keep = len("\n".join(head))
+        return ConfirmationPreview(text="\n".join(head + lines), kind="command", keep=keep)
+
+    def scope(self, input: dict[str, Any], workspace: WorkspaceFileAPI) -> GrantScope:
+        """An "allow for session" answer grants each simple command's program and
+        subcommand (``npm test``, ``git status``, ``ls``) at its rating or
+        lower; a later command runs unasked only when every one of its parts
+        is covered (``ls && rm x`` is not covered by a grant for ``ls``)."""
+        result = _rated(input, workspace)
+        ratings: dict[str, CallRating] = {}
+        for part in result.parts:
+            known = ratings.get(part.key)
+            ratings[part.key] = part.rating if known is None else max_rating(known, part.rating)
+        levels = set(ratings.values())
+        if len(levels) == 1:
+            names = ", ".join(repr(k) for k in ratings)
+            level = levels.pop().value
+            text = f"allow {names} for this session (commands rated {level} or lower)"
+        else:
+            each = ", ".join(f"{k!r} (rated {r.value} or lower)" for k, r in ratings.items())
+            text = f"allow {each} for this session"
+        return GrantScope(tuple(ratings.items()), text)
 
     # -- the call ----------------------------------------------------------
 
@@ -150,11 +183,11 @@ class ShellTool:
         )
         env = _environment(input.get("env"), options)
         argv = [str(options.raw.get("shell", _default_shell())), "-c", command]
-        sandboxed = options.boolean("sandbox", False)
-        if sandboxed:
+        sandbox = context.sandbox
+        sandboxed = sandbox is not None
+        if sandbox is not None:
             try:
-                hidden = options.string_list("sandbox_hide")
-                argv = bwrap_prefix(ws.workspace_root, str(cwd), hidden=hidden) + argv
+                argv = sandbox.command(argv, cwd=str(cwd))
             except SandboxUnavailable as exc:
                 raise ToolPermissionDenied(str(exc)) from exc
         runner = ProcessRunner(
@@ -280,6 +313,17 @@ def _metadata(
         "truncated": result.stdout.truncated or result.stderr.truncated,
         "background_killed": result.background_killed,
     }
+
+
+def _rated(input: dict[str, Any], workspace: WorkspaceFileAPI) -> Analysis:
+    """The rules' analysis of this call where it would run."""
+    env = input.get("env")
+    return rate_command(
+        input["command"],
+        workspace=workspace.workspace_root,
+        cwd=input.get("cwd"),
+        env_names=list(env) if isinstance(env, Mapping) else (),
+    )
 
 
 def _blocked_message(analysis: Analysis) -> str:

@@ -149,6 +149,26 @@ class _Lexer:
             # only ever makes the blocklist see more, never less.
             self.vars[match[1]] = match[2]
         self.tokens.append(word)
+        self._printf_assignment()
+
+    def _printf_assignment(self) -> None:
+        """``printf -v NAME FORMAT [ARG]`` assigns too (``printf -v c rm; $c -rf /``)."""
+        tail = self.tokens[-5:]
+        texts = [t.text if isinstance(t, Word) else None for t in tail]
+        for start in (len(texts) - 4, len(texts) - 5):
+            if start < 0 or texts[start : start + 2] != ["printf", "-v"]:
+                continue
+            name, fmt, *rest = texts[start + 2 :]
+            if name is None or fmt is None or not _NAME.fullmatch(name):
+                return
+            if not rest and "%" not in fmt and "\\" not in fmt:
+                self.vars[name] = fmt
+            elif rest and rest[0] is not None and fmt in ("%s", "%b"):
+                self.vars[name] = rest[0]
+            elif not rest:
+                # A format we do not emulate: the variable's value is unknown.
+                self.vars.pop(name, None)
+            return
 
     def _insert_split(self, text: str) -> None:
         """An unquoted expansion: its whitespace separates words."""
@@ -387,9 +407,10 @@ class _Lexer:
             self.dynamic = True
             self._append_marker(f"${{{name}}}")
             return
-        if quoted:
+        if quoted and name != "@":
             self._start().append(value)
         else:
+            # "$@" expands to one word per positional parameter.
             self._insert_split(value)
 
     def _append_marker(self, marker: str) -> None:
@@ -568,10 +589,20 @@ def tokenize(command: str, variables: dict[str, str] | None = None, depth: int =
     return _Lexer(command, {} if variables is None else variables, depth).run()
 
 
-def parse(command: str, depth: int = 0) -> Script:
-    """Split ``command`` into pipelines of simple commands."""
-    lexer = _Lexer(command, {}, depth)
+def parse(command: str, depth: int = 0, positional: list[str] | None = None) -> Script:
+    """Split ``command`` into pipelines of simple commands.
+
+    ``positional``: the script's ``$0 $1 ...`` (``sh -c 'script' name a b``).
+    A ``set -- a b`` inside the script sets ``$1 ...`` too: the script is read
+    a second time with them bound, so ``set -- rm -rf /; "$@"`` shows ``rm``."""
+    params = list(positional or [])
+    zero = {"0": params[0]} if params else {}
+    lexer = _Lexer(command, {**zero, **_positional_vars(params[1:])}, depth)
     tokens = lexer.run()
+    set_args = _set_arguments(tokens)
+    if set_args:
+        lexer = _Lexer(command, {**zero, **_positional_vars(set_args)}, depth)
+        tokens = lexer.run()
     pipelines: list[Pipeline] = []
     functions: list[FunctionDef] = []
     pipe = Pipeline()
@@ -657,3 +688,91 @@ def _function_body(name: str, tokens: list[Token], start: int) -> FunctionDef:
                     break
             ops.add(tok.op)
     return FunctionDef(name, words, ops)
+
+
+def _positional_vars(params: list[str]) -> dict[str, str]:
+    if not params:
+        return {}
+    found = {str(k): v for k, v in enumerate(params, start=1)}
+    found["@"] = found["*"] = " ".join(params)
+    return found
+
+
+def _set_arguments(tokens: list[Token]) -> list[str]:
+    """The positional parameters a ``set [options] [--] args`` in ``tokens`` assigns
+    (the last such ``set`` wins; all of them seen is an over-approximation)."""
+    found: list[str] = []
+    for k, tok in enumerate(tokens):
+        if not (isinstance(tok, Word) and tok.text == "set" and not tok.quoted):
+            continue
+        if k > 0 and isinstance(tokens[k - 1], Word):
+            continue  # not in command position
+        args: list[str] = []
+        for nxt in tokens[k + 1 :]:
+            if not isinstance(nxt, Word):
+                break
+            args.append(nxt.text)
+        if "--" in args:
+            found = args[args.index("--") + 1 :]
+            continue
+        i = 0
+        while i < len(args) and args[i][:1] in ("-", "+"):
+            i += 2 if args[i] in ("-o", "+o") else 1
+        if args[i:]:
+            found = args[i:]
+    return found
+
+
+MAX_BRACE_WORDS = 256
+
+
+def expand_braces(text: str) -> list[str]:
+    """Bash brace expansion of one word: ``/{,}`` -> ``["/", "/"]``,
+    ``a{b,c}d`` -> ``["abd", "acd"]``, ``{1..3}`` -> the end points.
+
+    Applied to quoted words too (we no longer know which characters were
+    quoted): that only ever shows the rules more words, never fewer.
+    Bounded: past MAX_BRACE_WORDS results the rest are dropped."""
+    out = _expand(text, 0)
+    return [w for w in out if w] if out != [text] else [text]
+
+
+def _expand(text: str, depth: int) -> list[str]:
+    if depth > 8 or "{" not in text:
+        return [text]
+    for start, c in enumerate(text):
+        if c != "{" or (start > 0 and text[start - 1] in "$\\"):
+            continue
+        level = 0
+        commas: list[int] = []
+        end = -1
+        for j in range(start, len(text)):
+            if text[j] == "{":
+                level += 1
+            elif text[j] == "}":
+                level -= 1
+                if level == 0:
+                    end = j
+                    break
+            elif text[j] == "," and level == 1:
+                commas.append(j)
+        if end == -1:
+            return [text]
+        inner = text[start + 1 : end]
+        if commas:
+            bounds = [start, *commas, end]
+            options = [text[bounds[k] + 1 : bounds[k + 1]] for k in range(len(bounds) - 1)]
+        elif re.fullmatch(r"(-?\d+|[A-Za-z])\.\.(-?\d+|[A-Za-z])(\.\.-?\d+)?", inner):
+            options = inner.split("..")[:2]
+        else:
+            continue
+        prefix, suffix = text[:start], text[end + 1 :]
+        results: list[str] = []
+        for option in options:
+            for tail in _expand(suffix, depth + 1):
+                for mid in _expand(option, depth + 1):
+                    results.append(prefix + mid + tail)
+                    if len(results) >= MAX_BRACE_WORDS:
+                        return results
+        return results
+    return [text]

@@ -13,11 +13,33 @@ interpreter (curl|sh), dd or redirections onto block devices, mkfs and
 friends, fork bombs, pkill -9 -f, killall -9, kill -9 -1, shutdown/reboot,
 and anything that cannot be parsed with confidence.
 
-Layer 2 rates what is left: ``safe`` (reads: ls, cat, git status ...),
+Layer 2 rates what is left: ``safe`` (reads: ls, cat, grep -r ...),
 ``dev`` (builds and tests: pytest, ruff, make, npm run ...) or ``dangerous``
-(everything else). A command's rating is the highest of its parts. A safe
-command is lifted to dangerous when an argument points outside the workspace
-(absolute path, ``~``, ``..``): reading ``~/.ssh`` is not a safe read.
+(everything else). A command's rating is the highest of its parts. ``safe``
+is a promise that matters: under the default policy a safe command runs in
+the sandbox without anyone being asked. So the rating is conservative:
+
+- an argument, option value or redirection naming a path outside the
+  workspace (absolute, ``~``, ``..`` escaping, a glob that can match ``..``,
+  or a path that resolves through a symlink out of it) makes it dangerous:
+  reading ``~/.ssh`` is not a safe read;
+- an option of a read command that runs another program (``rg --pre``,
+  ``sort --compress-program``, ``fd -x``, ``find -exec``) or follows links
+  out of the tree (``grep -R``, ``rg -L``, ``find -L``, ``du -L``) makes it
+  at least dev; so do ``xargs`` and every wrapper that is not transparent,
+  ``env`` running a program, any variable assignment in front of a
+  command (programs obey their environment: ``GIT_CONFIG_*``, ``LESSOPEN``),
+  process listings (``ps`` shows other processes' environments when
+  unsandboxed), pagers, and ``git`` itself beyond ``--version``: a
+  workspace's ``.git/config`` can run programs (``core.fsmonitor``,
+  ``core.pager``, filters, textconv) from a plain ``git status``;
+- a program named by a path (``./ls``) that is not an installed system
+  program, or a bare name that resolves into the workspace, is dangerous:
+  the name no longer says what runs.
+
+Each simple command is also a *part* with a scope key (program and
+subcommand: ``git status``, ``npm test``, ``ls``) and its own rating; an
+"allow for session" grant is stored per part (see ``ShellTool.scope``).
 
 The blocklist is a seatbelt, not a wall: a determined script can always
 compute a command at run time. The sandbox (layer 4's bubblewrap) is the wall.
@@ -25,12 +47,26 @@ compute a command at run time. The sandbox (layer 4's bubblewrap) is the wall.
 
 from __future__ import annotations
 
+import fnmatch
+import glob
+import os
 import posixpath
 import re
+import shlex
+import shutil
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from dispatcher.tool import CallRating
-from dispatcher.tools.shell_lexer import Command, Pipeline, ShellSyntaxError, Word, parse, tokenize
+from dispatcher.tools.shell_lexer import (
+    Command,
+    Pipeline,
+    ShellSyntaxError,
+    Word,
+    expand_braces,
+    parse,
+    tokenize,
+)
 
 MAX_DEPTH = 8
 _ORDER = {CallRating.SAFE: 0, CallRating.DEV: 1, CallRating.DANGEROUS: 2}
@@ -97,10 +133,37 @@ SAFE_COMMANDS = frozenset(
      "echo", "printf", "pwd", "date", "whoami", "id", "uname", "stat", "du", "df", "sort",
      "uniq", "cut", "tr", "diff", "cmp", "basename", "dirname", "realpath", "readlink", "true",
      "false", "test", "[", "seq", "nl", "od", "hexdump", "md5sum", "sha1sum", "sha256sum",
-     "sha512sum", "cksum", "column", "jq", "env", "printenv", "type", "locale", "uptime", "ps",
+     "sha512sum", "cksum", "column", "jq", "env", "printenv", "type", "locale", "uptime",
      "free", "nproc", "tac", "rev", "fold", "expand", "comm", "join", "paste", "strings",
-     "sleep", "hostname", ":", "find", "less", "more", "tokei", "cloc", "ag", "fd"}
+     "sleep", "hostname", ":", "find", "tokei", "ag", "fd"}
 )  # fmt: skip
+# Never safe, though they only read: process listings show other processes'
+# command lines and environments (the server's token, when unsandboxed);
+# pagers run LESSOPEN/LESSKEY programs and shell escapes; cloc runs
+# extractors (--extract-with).
+READ_BUT_DEV = frozenset(
+    {"ps", "pgrep", "pidof", "top", "htop", "atop", "pstree", "lsof", "w", "who", "fuser",
+     "less", "more", "most", "pg", "man", "info", "cloc"}
+)  # fmt: skip
+# Wrappers that run exactly the program they name, adding nothing it could
+# obey: a command behind them is rated as if it stood alone. Every other
+# wrapper (xargs, env with a program, strace, flock, busybox ...) lifts the
+# rating to at least dev.
+TRANSPARENT_WRAPPERS = frozenset({"command", "builtin", "exec", "nice", "timeout", "stdbuf"})
+# Where installed programs live: a path-qualified program elsewhere (./ls,
+# tools/cat) is workspace content, whatever its name.
+SYSTEM_BIN_DIRS = (
+    "/usr/bin/", "/bin/", "/usr/sbin/", "/sbin/", "/usr/local/bin/", "/usr/local/sbin/",
+)  # fmt: skip
+# Programs whose first positional argument is a subcommand: an "allow for
+# session" grant for ``npm test`` does not cover ``npm publish``.
+SUBCOMMAND_PROGRAMS = frozenset(
+    {"git", "npm", "pnpm", "yarn", "npx", "bun", "deno", "cargo", "go", "docker", "podman",
+     "kubectl", "helm", "pip", "pip3", "uv", "poetry", "pipx", "conda", "make", "just", "rake",
+     "bundle", "gem", "composer", "dotnet", "gradle", "gradlew", "mvn", "bazel", "sbt", "tox",
+     "nox", "ninja", "terraform", "apt", "apt-get", "brew", "systemctl", "rustup", "kubectx"}
+)  # fmt: skip
+MAX_GLOB_MATCHES = 256
 DEV_COMMANDS = frozenset(
     {"pytest", "py.test", "mypy", "ruff", "black", "isort", "flake8", "pylint", "pyright",
      "eslint", "prettier", "tsc", "jest", "vitest", "mocha", "make", "cmake", "ninja", "meson",
@@ -132,6 +195,34 @@ def max_rating(a: CallRating, b: CallRating) -> CallRating:
     return a if _ORDER[a] >= _ORDER[b] else b
 
 
+@dataclass(frozen=True, slots=True)
+class Where:
+    """Where a command runs: the real paths of the workspace root and of the
+    working directory. With it, arguments are resolved (symlinks included);
+    without it, only their spelling is judged."""
+
+    workspace: str
+    cwd: str
+
+    @classmethod
+    def of(cls, workspace: str, cwd: str | None = None) -> Where:
+        root = os.path.realpath(workspace)
+        return cls(root, os.path.realpath(os.path.join(root, cwd or ".")))
+
+    def contains(self, real: str) -> bool:
+        return real == self.workspace or real.startswith(self.workspace.rstrip(os.sep) + os.sep)
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """One simple command of a line: its scope key (``git status``, ``ls``)
+    and its own rating. A session grant covers a part with the same key and
+    a rating no higher than the granted one."""
+
+    key: str
+    rating: CallRating
+
+
 @dataclass(slots=True)
 class Analysis:
     """What the rules concluded about one command line."""
@@ -139,6 +230,7 @@ class Analysis:
     blocked: list[str] = field(default_factory=list)
     rating: CallRating = CallRating.SAFE
     programs: set[str] = field(default_factory=set)
+    parts: list[Part] = field(default_factory=list)
 
     def merge(self, other: Analysis) -> None:
         for reason in other.blocked:
@@ -146,6 +238,7 @@ class Analysis:
                 self.blocked.append(reason)
         self.rating = max_rating(self.rating, other.rating)
         self.programs |= other.programs
+        self.parts.extend(other.parts)
 
     def lift(self, rating: CallRating) -> None:
         self.rating = max_rating(self.rating, rating)
@@ -156,47 +249,107 @@ class Analysis:
         self.rating = CallRating.DANGEROUS
 
 
-def analyze(command: str, depth: int = 0) -> Analysis:
-    """Blocklist verdicts and the rating of ``command`` (a shell string)."""
+def analyze(
+    command: str,
+    depth: int = 0,
+    where: Where | None = None,
+    positional: list[str] | None = None,
+) -> Analysis:
+    """Blocklist verdicts, the rating and the parts of ``command`` (a shell
+    string). ``where``: the workspace and working directory, to resolve
+    arguments; ``positional``: ``$1 ...`` of a ``sh -c 'script' _ a b``."""
     result = Analysis()
     if depth > MAX_DEPTH:
         result.block("the command nests shells too deeply to check")
         return result
     try:
-        script = parse(command, depth)
+        script = parse(command, depth, positional)
         for fn in script.functions:
             if fn.name in fn.body_words and fn.body_ops & {"|", "&", "|&"}:
                 result.block(f"fork bomb: function {fn.name!r} spawns copies of itself")
         for inner in script.substitutions:
-            result.merge(analyze(inner, depth + 1))
+            result.merge(analyze(inner, depth + 1, where))
         for pipeline in script.pipelines:
             for index, cmd in enumerate(pipeline.commands):
-                result.merge(_analyze_command(cmd, pipeline, index, depth))
+                result.merge(_analyze_command(cmd, pipeline, index, depth, where))
     except ShellSyntaxError as exc:
         # Also raised from inside, e.g. by the string of `env -S '...'`.
         result.block(f"the command cannot be parsed with confidence ({exc})")
     return result
 
 
+def rate_command(
+    command: str,
+    *,
+    workspace: str | None = None,
+    cwd: str | None = None,
+    env_names: Iterable[str] = (),
+) -> Analysis:
+    """The analysis of one shell call as the tool receives it: ``command``
+    run in ``cwd`` (relative to ``workspace``) with extra ``env`` variables.
+
+    Any ``env`` entry lifts every part to at least dev (programs obey their
+    environment: ``HOME`` pointing at a crafted ``.gitconfig``, ``LESSOPEN``,
+    ``RIPGREP_CONFIG_PATH``), and the variables' names join each part's scope
+    key: a grant for ``npm test`` is not a grant for ``npm test`` with
+    ``NODE_ENV`` set."""
+    where = Where.of(workspace, cwd) if workspace is not None else None
+    result = analyze(command, 0, where)
+    names = sorted(set(env_names))
+    if names:
+        suffix = " [env " + ",".join(names) + "]"
+        result.lift(CallRating.DEV)
+        result.parts = [
+            Part(p.key + suffix, max_rating(p.rating, CallRating.DEV)) for p in result.parts
+        ]
+    if not result.parts:
+        # Nothing but comments or blank lines: still one part, so that no
+        # command is ever covered by an empty set of grants.
+        result.parts.append(Part("(empty)", result.rating))
+    return result
+
+
+@dataclass(slots=True)
+class _Unwrapped:
+    argv: list[Word]
+    wrappers: list[str] = field(default_factory=list)
+    # A VAR=value in front of the program (or given to env, or env -i/-u).
+    assigns: bool = False
+    # What runs when argv is empty: env printing, `command -v`, nothing.
+    label: str = "(no program)"
+
+
 def unwrap(words: list[Word], depth: int = 0) -> list[Word]:
     """The words of the program that actually runs: reserved words,
     assignments and wrappers (env, command, exec, nohup, timeout ...) removed."""
+    return _unwrap(words, depth).argv
+
+
+def _unwrap(words: list[Word], depth: int) -> _Unwrapped:
+    info = _Unwrapped([])
     i = 0
     while i < len(words):
         w = words[i]
         text = w.text
+        if text == "function" and not w.quoted:
+            i += 2  # `function name { body }`: the body follows
+            continue
         if text in _RESERVED and not w.quoted:
             i += 1
             continue
         if _ASSIGNMENT.match(text):
+            info.assigns = True
             i += 1
             continue
         name = posixpath.basename(text)
         if name == "env":
+            info.wrappers.append("env")
+            info.label = "env"
             i += 1
             while i < len(words):
                 opt = words[i].text
                 if opt in ("-u", "--unset", "-C", "--chdir"):
+                    info.assigns = True
                     i += 2
                 elif opt in ("-S", "--split-string") or opt.startswith(("-S", "--split-string=")):
                     # env -S 'rm -rf /' splits its argument into a command line.
@@ -207,20 +360,27 @@ def unwrap(words: list[Word], depth: int = 0) -> list[Word]:
                         split = opt.split("=", 1)[1] if opt.startswith("--") else opt[2:]
                         i += 1
                     extra = [t for t in tokenize(split, depth=depth + 1) if isinstance(t, Word)]
-                    return unwrap(extra + words[i:], depth + 1)
+                    inner = _unwrap(extra + words[i:], depth + 1)
+                    inner.wrappers[:0] = info.wrappers
+                    inner.assigns = True
+                    return inner
                 elif opt == "--":
                     i += 1
                     break
                 elif opt.startswith("-") or _ASSIGNMENT.match(opt):
+                    info.assigns = True
                     i += 1
                 else:
                     break
             continue
         if name == "command" and i + 1 < len(words) and words[i + 1].text in ("-v", "-V"):
-            return []  # only looks a name up
+            info.label = "command -v"
+            return info  # only looks a name up
         wrapper = _WRAPPERS.get(name)
         if wrapper is None or w.dynamic:
-            return words[i:]
+            info.argv = words[i:]
+            return info
+        info.wrappers.append(name)
         takes_value, positionals = wrapper
         i += 1
         while i < len(words):
@@ -232,7 +392,7 @@ def unwrap(words: list[Word], depth: int = 0) -> list[Word]:
                 break
             i += 2 if opt in takes_value else 1
         i += positionals
-    return []
+    return info
 
 
 def program_name(word: Word) -> str:
@@ -240,7 +400,9 @@ def program_name(word: Word) -> str:
     return posixpath.basename(word.text)
 
 
-def _analyze_command(cmd: Command, pipeline: Pipeline, index: int, depth: int) -> Analysis:
+def _analyze_command(
+    cmd: Command, pipeline: Pipeline, index: int, depth: int, where: Where | None
+) -> Analysis:
     result = Analysis()
     writes: list[str] = []
     stdin_texts: list[str] = []
@@ -255,23 +417,67 @@ def _analyze_command(cmd: Command, pipeline: Pipeline, index: int, depth: int) -
             stdin_texts.append(target)
         elif redirect.heredoc is not None:
             stdin_texts.append(redirect.heredoc)
-    argv = unwrap(cmd.words, depth)
+        elif (
+            redirect.op in ("<", "<>")
+            or (redirect.op in (">&", "<&") and not target.isdigit() and target != "-")
+        ) and (redirect.target is not None and _points_outside(redirect.target, where)):
+            # Reading a file is only a safe read inside the workspace.
+            result.lift(CallRating.DANGEROUS)
+    # Brace expansion first: `rm -rf /{,}` is `rm -rf / /`.
+    words = [
+        Word(text, w.dynamic, w.substitutions, w.quoted)
+        for w in cmd.words
+        for text in expand_braces(w.text)
+    ]
+    unwrapped = _unwrap(words, depth)
+    argv = unwrapped.argv
+    # What the wrappers and assignments in front say: `xargs -a /etc/passwd`,
+    # `HOME=/tmp/x git ...` point outside as much as any argument does.
+    for word in words[: len(words) - len(argv)]:
+        value = word.text.split("=", 1)[1] if _ASSIGNMENT.match(word.text) else word.text
+        if _points_outside(Word(value, word.dynamic), where):
+            result.lift(CallRating.DANGEROUS)
+    wrapped = [w for w in unwrapped.wrappers if w not in TRANSPARENT_WRAPPERS]
+    if not argv and wrapped == ["env"] and not unwrapped.assigns:
+        wrapped = []  # a bare `env` only prints the (scrubbed) environment
+    if unwrapped.assigns or wrapped:
+        # Programs obey their environment (PATH=.; ls runs ./ls), and every
+        # wrapper but the transparent ones adds behaviour of its own.
+        result.lift(CallRating.DEV)
+    # The grant key names the wrappers and variables too: a grant for `ls` is
+    # not one for `xargs ls` or `PATH=... ls`.
+    assigned = [
+        w.text.split("=", 1)[0] + "="
+        for w in words[: len(words) - len(argv)]
+        if _ASSIGNMENT.match(w.text)
+    ]
+    prefix = "".join(f"{w} " for w in [*assigned, *wrapped])
     if not argv:
-        _rate_writes(result, writes)
+        _rate_writes(result, writes, where)
+        if unwrapped.label == "(no program)" and not (writes or cmd.redirects or wrapped):
+            if unwrapped.assigns:
+                result.parts.append(Part("(assignment)", result.rating))
+            return result  # `{` or `then` alone runs nothing by itself
+        label = prefix.strip() if unwrapped.label == "(no program)" and wrapped else unwrapped.label
+        result.parts.append(Part(label, result.rating))
         return result
     head = argv[0]
     if head.dynamic:
         # The program's name is computed at run time: nothing can vouch for it.
         result.lift(CallRating.DANGEROUS)
         result.programs.add("(computed)")
+        _rate_writes(result, writes, where)
+        result.parts.append(Part("= " + " ".join(w.text for w in argv), result.rating))
         return result
     prog = program_name(head)
     args = argv[1:]
     result.programs.add(prog)
-    _blocklist(result, prog, args)
+    feed = _fed_items(unwrapped, pipeline, index, stdin_texts, depth)
+    _blocklist(result, prog, args + [Word(t) for t in feed])
+    _runs_commands(result, prog, args, depth, where)
     nested = _nested_script(prog, args)
     if nested is not None:
-        inner = analyze(nested, depth + 1)
+        inner = analyze(nested, depth + 1, where, _shell_positional(prog, args))
         result.merge(inner)
         result.lift(inner.rating)
     elif _reads_script_from_stdin(prog, args):
@@ -283,15 +489,158 @@ def _analyze_command(cmd: Command, pipeline: Pipeline, index: int, depth: int) -
                 if analyze(inner_text, depth + 1).programs & FETCHERS:
                     result.block(f"running downloaded code with {prog}")
     if nested is None:
-        result.lift(classify(prog, args))
-    _rate_writes(result, writes)
+        result.lift(classify(prog, args, where))
+    if _foreign_program(head, where):
+        result.lift(CallRating.DANGEROUS)
+    _rate_writes(result, writes, where)
+    result.parts.append(Part(prefix + scope_key(head, args), result.rating))
     return result
 
 
-def _rate_writes(result: Analysis, writes: list[str]) -> None:
+def _foreign_program(head: Word, where: Where | None) -> bool:
+    """A program that is workspace content (or somewhere unknown), whatever
+    its name says: ``./ls``, ``bin/cat``, or ``ls`` found first in the
+    workspace on PATH."""
+    text = head.text
+    if "/" in text:
+        if not text.startswith(SYSTEM_BIN_DIRS):
+            return True
+        return where is not None and where.contains(os.path.realpath(text))
+    if where is None:
+        return False
+    found = shutil.which(text)
+    return found is not None and where.contains(os.path.realpath(found))
+
+
+def scope_key(head: Word, args: list[Word]) -> str:
+    """What an "allow for session" grant of this simple command names: the
+    program (as written when it is a path) and, for programs with
+    subcommands, the subcommand: ``git status``, ``npm test``, ``ls``;
+    ``python -m pytest``; an interpreter's script (``python build.py``)."""
+    prog = program_name(head)
+    name = head.text if "/" in head.text else prog
+    texts = [a.text for a in args]
+    if prog == "git":
+        i = 0
+        while i < len(texts) and texts[i].startswith("-"):
+            i += 2 if texts[i] in ("-C", "--git-dir", "--work-tree", "--namespace") else 1
+        return f"{name} {texts[i]}" if i < len(texts) else name
+    interpreter = prog in SHELLS or prog in SCRIPT_RUNNERS or re.fullmatch(r"python[0-9.]*", prog)
+    if interpreter:
+        for k, t in enumerate(texts):
+            if t in ("-m", "-c", "-e", "-r", "-E") and k + 1 < len(texts):
+                # -c/-e code is part of the key: a grant for one snippet is not
+                # a grant for any code.
+                return f"{name} {t} {texts[k + 1]}"
+            if not t.startswith("-"):
+                return f"{name} {t}"
+        return name
+    if prog in SUBCOMMAND_PROGRAMS:
+        sub = next((t for t in texts if not t.startswith("-")), None)
+        return f"{name} {sub}" if sub is not None else name
+    return name
+
+
+def _fed_items(
+    unwrapped: _Unwrapped,
+    pipeline: Pipeline,
+    index: int,
+    stdin_texts: list[str],
+    depth: int,
+) -> list[str]:
+    """The items ``xargs`` appends to its command, as far as they are fixed:
+    ``echo / | xargs rm -rf`` is ``rm -rf /`` to the blocklist."""
+    if "xargs" not in unwrapped.wrappers:
+        return []
+    items: list[str] = list(stdin_texts)
+    for upstream in pipeline.commands[:index]:
+        up = unwrap(upstream.words, depth)
+        if not up or up[0].dynamic:
+            continue
+        up_prog, up_args = program_name(up[0]), [w.text for w in up[1:]]
+        if up_prog in ("echo", "printf"):
+            items += [t for t in up_args if t not in ("-e", "-n", "-E")]
+        elif up_prog == "find":
+            items += _find_starts(up_args)
+        for redirect in upstream.redirects:
+            if redirect.op == "<<<" and redirect.target is not None:
+                items.append(redirect.target.text)
+    return [t for item in items for t in item.split()]
+
+
+def _find_starts(texts: list[str]) -> list[str]:
+    """find's starting points (the words before the first expression)."""
+    starts: list[str] = []
+    for t in texts:
+        if t in ("-H", "-L", "-P") or t.startswith(("-D", "-O")):
+            continue
+        if t.startswith("-") or t in ("(", "!", ","):
+            break
+        starts.append(t)
+    return starts or ["."]
+
+
+_EXEC_ACTIONS = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
+
+
+def _runs_commands(
+    result: Analysis, prog: str, args: list[Word], depth: int, where: Where | None
+) -> None:
+    """Commands a program runs from its own arguments: ``find -exec``,
+    ``alias name='...'``. Each is analysed as a command line of its own,
+    with find's ``{}`` standing for each starting point."""
+    texts = [a.text for a in args]
+    if prog == "alias":
+        for t in texts:
+            if "=" in t:
+                result.merge(analyze(t.split("=", 1)[1], depth + 1, where))
+        return
+    if prog == "parallel" and ":::" in texts:
+        # parallel CMD ::: items runs CMD with each item appended.
+        cut = texts.index(":::")
+        first = next((k for k, t in enumerate(texts[:cut]) if not t.startswith("-")), cut)
+        inner = texts[first:cut]
+        items = [t for t in texts[cut + 1 :] if t not in (":::", "::::")]
+        result.merge(analyze(shlex.join(inner + items), depth + 1, where))
+        return
+    if prog != "find":
+        return
+    starts = _find_starts(texts)[:16]
+    if "-delete" in texts:
+        for start in starts:
+            if is_critical_path(start):
+                result.block(f"find {start} -delete (the root, a home folder or a system folder)")
+    i = 0
+    while i < len(texts):
+        if texts[i] not in _EXEC_ACTIONS:
+            i += 1
+            continue
+        j = i + 1
+        while j < len(texts) and texts[j] not in (";", "+"):
+            j += 1
+        inner = texts[i + 1 : j]
+        i = j + 1
+        for start in starts if inner else []:
+            line = shlex.join([t.replace("{}", start) for t in inner])
+            result.merge(analyze(line, depth + 1, where))
+
+
+def _shell_positional(prog: str, args: list[Word]) -> list[str] | None:
+    """``sh -c 'script' name a b``: the script's ``$0 $1 ...`` are ``name a b``."""
+    if prog not in SHELLS:
+        return None
+    texts = [a.text for a in args]
+    for k, t in enumerate(texts):
+        if t.startswith("-") and not t.startswith("--") and "c" in t[1:]:
+            rest = [x for x in texts[k + 1 :] if not x.startswith(("-", "+"))]
+            return rest[1:] if len(rest) > 1 else None
+    return None
+
+
+def _rate_writes(result: Analysis, writes: list[str], where: Where | None = None) -> None:
     for target in writes:
-        inside = not (target.startswith(("/", "~")) or ".." in target.split("/") or "$" in target)
-        result.lift(CallRating.DEV if inside else CallRating.DANGEROUS)
+        outside = "$" in target or _points_outside(Word(target), where)
+        result.lift(CallRating.DANGEROUS if outside else CallRating.DEV)
 
 
 def _nested_script(prog: str, args: list[Word]) -> str | None:
@@ -451,7 +800,14 @@ def is_critical_path(path: str) -> bool:
     if normal in ("/", "/*", "/.*"):
         return True
     parts = normal.strip("/").split("/")
-    if parts[0] in SYSTEM_DIRS or parts[0] in ("*", ".*"):
+    top = parts[0]
+    # A glob at the top level (/[a-z]*, /???) is critical when it can match a
+    # system folder.
+    if (
+        top in SYSTEM_DIRS
+        or top in ("*", ".*")
+        or (_GLOB.search(top) and any(fnmatch.fnmatchcase(d, top) for d in SYSTEM_DIRS))
+    ):
         return len(parts) == 1 or (len(parts) == 2 and parts[1] in ("*", ".*"))
     return False
 
@@ -487,16 +843,96 @@ def _has_flag(texts: list[str], short: str, long: str) -> bool:
 # -- layer 2: the rating ----------------------------------------------------
 
 
-def classify(prog: str, args: list[Word]) -> CallRating:
+def classify(prog: str, args: list[Word], where: Where | None = None) -> CallRating:
     """safe / dev / dangerous for one program and its arguments."""
     texts = [a.text for a in args]
-    rating = _base_rating(prog, texts)
-    if rating is not CallRating.DANGEROUS and any(_points_outside(a) for a in args):
+    rating = max_rating(_base_rating(prog, texts), _option_rating(prog, texts))
+    if rating is not CallRating.DANGEROUS and any(_points_outside(a, where) for a in args):
         return CallRating.DANGEROUS
     if rating is CallRating.SAFE and any(a.dynamic for a in args):
         # Unknown arguments to a read command: still only reads, but where?
         return CallRating.DEV
     return rating
+
+
+def _options(texts: list[str]) -> list[str]:
+    """The option words before ``--``."""
+    found: list[str] = []
+    for t in texts:
+        if t == "--":
+            break
+        if t.startswith("-") and t != "-":
+            found.append(t)
+    return found
+
+
+def _short(texts: list[str], letters: str) -> bool:
+    """A short option cluster (``-nRi``) holds one of ``letters``. Over-matches
+    a value glued to an option (``-gLICENSE``): only ever too careful."""
+    return any(not o.startswith("--") and set(o[1:]) & set(letters) for o in _options(texts))
+
+
+def _long(texts: list[str], *names: str) -> bool:
+    """A long option is one of ``names``, with or without ``=value``, or an
+    abbreviation of one (GNU getopt accepts ``--compress-prog=...``)."""
+    for o in _options(texts):
+        if not o.startswith("--"):
+            continue
+        given = o.split("=", 1)[0]
+        if any(n == given or (len(given) >= 5 and n.startswith(given)) for n in names):
+            return True
+    return False
+
+
+def _option_rating(prog: str, texts: list[str]) -> CallRating:
+    """Options of read commands that run another program (dangerous) or
+    follow symbolic links out of the tree, decompress through helpers or
+    write files (dev)."""
+    dev, dangerous = CallRating.DEV, CallRating.DANGEROUS
+    if prog == "rg":
+        if _long(texts, "--pre", "--pre-glob", "--hostname-bin"):
+            return dangerous
+        if _short(texts, "zL") or _long(texts, "--search-zip", "--follow"):
+            return dev
+    elif prog in ("grep", "egrep", "fgrep"):
+        if _short(texts, "R") or _long(texts, "--dereference-recursive"):
+            return dev
+    elif prog == "ag":
+        if _long(texts, "--pager"):
+            return dangerous
+        if _short(texts, "fz") or _long(texts, "--follow", "--search-zip"):
+            return dev
+    elif prog == "fd":
+        if _short(texts, "xX") or _long(texts, "--exec", "--exec-batch"):
+            return dangerous
+        if _short(texts, "L") or _long(texts, "--follow"):
+            return dev
+    elif prog == "find":
+        if any(t in ("-L", "-H", "-follow") for t in texts):
+            return dev
+    elif prog == "sort":
+        if _long(texts, "--compress-program"):
+            return dangerous
+    elif prog in ("ls", "du", "stat"):
+        if _short(texts, "L") or _long(texts, "--dereference"):
+            return dev
+    elif prog == "tree":
+        if _short(texts, "loR") or _long(texts, "--fromfile"):
+            return dev
+    elif prog == "diff":
+        # diff -r follows links to directories; --to-file/--from-file name paths
+        # (checked like every other path).
+        if _short(texts, "r") or _long(texts, "--recursive"):
+            return dev
+    elif prog == "file":
+        if _short(texts, "zZC") or _long(texts, "--uncompress", "--compile"):
+            return dev
+    elif prog == "hostname":
+        if _short(texts, "Fb") or _long(texts, "--file", "--boot"):
+            return dangerous
+    elif prog == "jq" and _short(texts, "L"):
+        return dev
+    return CallRating.SAFE
 
 
 def _base_rating(prog: str, texts: list[str]) -> CallRating:
@@ -512,6 +948,8 @@ def _base_rating(prog: str, texts: list[str]) -> CallRating:
         return CallRating.DEV
     if prog in SAFE_COMMANDS:
         return CallRating.SAFE
+    if prog in READ_BUT_DEV:
+        return CallRating.DEV
     if prog == "git":
         return _git_rating(texts)
     if re.fullmatch(r"python[0-9.]*", prog):
@@ -522,15 +960,18 @@ def _base_rating(prog: str, texts: list[str]) -> CallRating:
         return CallRating.SAFE if texts in (["--version"], ["-v"]) else CallRating.DANGEROUS
     if prog in ("npm", "pnpm", "yarn"):
         return _js_package_rating(texts)
+    # cargo and go read workspace configuration that runs programs
+    # (.cargo/config.toml's rustc-wrapper, go.mod's toolchain): never safe.
     if prog == "cargo":
         return _sub_rating(
             texts,
-            {"--version", "-V", "version", "tree", "metadata"},
-            {"build", "check", "test", "clippy", "fmt", "doc", "bench", "run"},
-        )
+            set(),
+            {"--version", "-V", "version", "tree", "metadata", "build", "check", "test",
+             "clippy", "fmt", "doc", "bench", "run"},
+        )  # fmt: skip
     if prog == "go":
         return _sub_rating(
-            texts, {"version", "env", "list", "doc"}, {"build", "test", "vet", "fmt", "run"}
+            texts, set(), {"version", "env", "list", "doc", "build", "test", "vet", "fmt", "run"}
         )
     if prog == "docker":
         return _sub_rating(texts, set(), {"ps", "images", "version", "info", "logs", "inspect"})
@@ -555,23 +996,28 @@ def _python_rating(texts: list[str]) -> CallRating:
         return CallRating.SAFE
     if len(texts) >= 2 and texts[0] == "-m":
         module = texts[1]
-        if module in _PY_DEV_MODULES:
+        # -m imports from the working directory first: a workspace `pip.py`
+        # would run, so even `python -m pip list` is not a safe read.
+        if module in _PY_DEV_MODULES or (module == "pip" and texts[2:3] and texts[2] in _PIP_SAFE):
             return CallRating.DEV
-        if module == "pip" and len(texts) >= 3 and texts[2] in _PIP_SAFE:
-            return CallRating.SAFE
     return CallRating.DANGEROUS
 
 
 def _js_package_rating(texts: list[str]) -> CallRating:
+    # Never safe: yarn runs the workspace's `yarnPath` script for any command,
+    # npm and pnpm read the workspace's .npmrc.
     sub = texts[0] if texts else ""
-    if sub in ("ls", "list", "--version", "-v", "help"):
-        return CallRating.SAFE
-    if sub in ("run", "run-script", "test", "t"):
+    if sub in ("ls", "list", "--version", "-v", "help", "run", "run-script", "test", "t"):
         return CallRating.DEV
     return CallRating.DANGEROUS
 
 
 def _git_rating(texts: list[str]) -> CallRating:
+    """git from the shell is dev at least: the workspace's own ``.git/config``
+    (or a workspace crafted to look like a git directory) can make even
+    ``git status`` run programs (``core.fsmonitor``, filters, ``core.pager``,
+    ``diff.external``, textconv). The git *tools* are the safe way to read a
+    repository: they pin all of that. Only ``git --version`` stays safe."""
     i = 0
     while i < len(texts) and texts[i].startswith("-"):
         opt = texts[i]
@@ -579,34 +1025,59 @@ def _git_rating(texts: list[str]) -> CallRating:
         if opt.startswith(("-c", "--config-env", "--exec-path")):
             return CallRating.DANGEROUS
         i += 2 if opt in ("-C", "--git-dir", "--work-tree", "--namespace") else 1
-    if i >= len(texts):
+    if texts in (["--version"], ["version"]):
         return CallRating.SAFE
+    if i >= len(texts):
+        return CallRating.DEV
     sub, rest = texts[i], texts[i + 1 :]
-    positional = [t for t in rest if not t.startswith("-")]
     if sub in ("push", "clean", "fetch", "pull", "clone", "filter-branch", "gc", "prune"):
         return CallRating.DANGEROUS
     if sub == "reset" and "--hard" in rest:
         return CallRating.DANGEROUS
     if sub == "config":
         reads = {"--get", "--get-all", "--get-regexp", "--list", "-l"}
-        return CallRating.SAFE if reads & set(rest) else CallRating.DANGEROUS
-    if any(t.startswith("--output") for t in rest):
-        return CallRating.DEV
-    if sub in _GIT_SAFE:
-        if sub == "branch" and (positional or set(rest) - _BRANCH_VIEW_FLAGS):
-            return CallRating.DEV
-        if sub == "tag" and (positional or set(rest) - {"-l", "--list", "-n"}):
-            return CallRating.DEV
-        if sub == "stash" and rest[:1] not in (["list"], ["show"]):
-            return CallRating.DEV
-        if sub == "remote" and positional[:1] not in ([], ["show"], ["get-url"]):
-            return CallRating.DEV
-        if sub == "reflog" and positional[:1] not in ([], ["show"]):
-            return CallRating.DEV
-        return CallRating.SAFE
-    if sub in _GIT_DEV:
+        return CallRating.DEV if reads & set(rest) else CallRating.DANGEROUS
+    if sub == "grep" and (_short(rest, "O") or _long(rest, "--open-files-in-pager")):
+        return CallRating.DANGEROUS
+    if any(t.startswith(("--ext-diff", "--textconv", "--upload-pack", "--exec")) for t in rest):
+        return CallRating.DANGEROUS
+    if sub in _GIT_SAFE or sub in _GIT_DEV:
         return CallRating.DEV
     return CallRating.DANGEROUS
+
+
+def _points_outside(word: Word, where: Where | None = None) -> bool:
+    """An argument naming a path outside the workspace: absolute, ``~``,
+    ``..`` escaping, a glob component that can match ``..``, or (with
+    ``where``) a path that resolves through a symlink out of it."""
+    text = word.text
+    if text.startswith("--") and "=" in text:
+        text = text.split("=", 1)[1]
+    elif text.startswith("-"):
+        # A value glued to a short option: -f/etc/passwd, -f~/x, -f../x.
+        cut = min((k for k in (text.find("/"), text.find("~")) if k > 0), default=-1)
+        if cut == -1 and ".." not in text:
+            return False
+        text = text[cut:] if cut != -1 else text[text.index("..") :]
+    if text in _HARMLESS_SINKS or not text:
+        return False
+    if text.startswith(("/", "~")):
+        return True
+    components = text.split("/")
+    if any(_GLOB.search(c) and fnmatch.fnmatchcase("..", c) for c in components):
+        return True
+    if where is None:
+        return ".." in components
+    target = os.path.normpath(os.path.join(where.cwd, text))
+    if not where.contains(target):
+        return True
+    if _GLOB.search(text):
+        matches = glob.glob(glob.escape(where.cwd) + "/" + text)[:MAX_GLOB_MATCHES]
+        return any(not where.contains(os.path.realpath(m)) for m in matches)
+    return not where.contains(os.path.realpath(os.path.join(where.cwd, text)))
+
+
+_GLOB = re.compile(r"[*?\[]")
 
 
 _BRANCH_VIEW_FLAGS = frozenset(
@@ -615,26 +1086,16 @@ _BRANCH_VIEW_FLAGS = frozenset(
 )  # fmt: skip
 
 
-def _points_outside(word: Word) -> bool:
-    """An argument naming a path outside the workspace: absolute, ~, or .."""
-    text = word.text
-    if text.startswith("-") and "=" in text:
-        text = text.split("=", 1)[1]
-    elif text.startswith("-"):
-        return False
-    if text in _HARMLESS_SINKS:
-        return False
-    if text.startswith(("/", "~")):
-        return True
-    return ".." in text.split("/")
-
-
 __all__ = [
     "Analysis",
+    "Part",
     "ShellSyntaxError",
+    "Where",
     "analyze",
     "classify",
     "is_critical_path",
     "max_rating",
+    "rate_command",
+    "scope_key",
     "unwrap",
 ]

@@ -18,7 +18,7 @@ async def create_session(
 ) -> dict[str, Any]:
     """Create a session on an existing workspace directory."""
     sessions = runtime.sessions
-    record = sessions.create(
+    record = await sessions.create(
         principal,
         workspace=body.workspace,
         name=body.name,

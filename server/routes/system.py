@@ -18,9 +18,19 @@ router = APIRouter(tags=["system"])
 DASHBOARD_DIR = Path(clients.__file__).resolve().parent / "dashboard" / "static"
 
 
-@router.get("/healthz", responses={503: {"description": "Shutting down"}})
+@router.get(
+    "/healthz",
+    responses={
+        503: {
+            "description": "Not accepting work: `degraded` (storage failing; retried, "
+            "with the `cause`), `failed` (exiting; with the `cause`) or `stopping`"
+        }
+    },
+)
 async def healthz(runtime: RuntimeDep) -> AsciiJSONResponse:
-    """Liveness: 200 while the server accepts work, 503 while it shuts down."""
+    """200 ``ok`` while the server accepts work; 503 ``degraded`` with the cause
+    while its storage fails (it resumes by itself), ``failed`` once it cannot
+    continue (it is exiting), ``stopping`` during shutdown."""
     health = runtime.health()
     return AsciiJSONResponse(health, status_code=200 if health["status"] == "ok" else 503)
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
+
+from fastapi import Request
+from fastapi.responses import Response
 
 from adapters.anthropic_adapter import AnthropicAdapter
 from adapters.base import MessageCompleted, ModelAdapter, ModelRequest, StreamEvent
@@ -89,3 +93,18 @@ def final(events: list[StreamEvent]) -> MessageCompleted:
     last = events[-1]
     assert isinstance(last, MessageCompleted), f"last event is {last!r}"
     return last
+
+
+class CountingProvider(FakeProviderServer):
+    """The fake provider, also keeping each request's client address."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.peers: list[tuple[str, int]] = []
+        self._peer_lock = threading.Lock()
+
+    async def _handle(self, request: Request, protocol: str) -> Response:
+        if request.client is not None:
+            with self._peer_lock:
+                self.peers.append((request.client.host, request.client.port))
+        return await super()._handle(request, protocol)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from adapters.canonical import Message, SideEffects, TextBlock, ToolDefinition, 
 from adapters.errors import AdapterConfigError, ProviderBadRequestError
 from adapters.scripted import ScriptedAdapter
 from adapters.scripted_rules import HELP_TEXT
-from adapters.scripted_script import load_script, parse_script
+from adapters.scripted_script import MAX_SCRIPT_BYTES, load_script, parse_script
 from tests.adapters.helpers import collect, final, request, user
 
 
@@ -130,7 +131,7 @@ def test_script_accepts_json_and_a_bare_list(tmp_path: Path) -> None:
         ("replies: 3", "a mapping with only a 'replies' list"),
         ("- {content: [{type: tool_use, input: {}}]}", "reply 1.content.0.tool_use.name"),
         ("- {content: [{type: text, txt: hi}]}", "reply 1.content.0.text"),
-        ("- {content: [], colour: red}", "reply 1.colour"),
+        ("- {content: [], colour: red}", "reply 1: a key that is not allowed here"),
         (
             "- {content: [{type: tool_use, name: x, input: {}, raw_input: '{}'}]}",
             "either input or raw_input",
@@ -288,3 +289,82 @@ async def test_text_pieces_concatenate_exactly() -> None:
     assert "".join(pieces) == text
     assert len(pieces) > 2
     assert final(events).message.content == [TextBlock(text=text)]
+
+
+# -- reading a script a client may have chosen ------------------------------------
+
+SECRET_LINE = "api_key: sk-do-not-echo-0123456789"
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        f"- hello\n{SECRET_LINE}\n",  # a mapping line inside a list: a syntax error
+        f"- [unclosed, {SECRET_LINE}\n",
+        f"- !!python/object:{SECRET_LINE.replace(' ', '')} x\n",  # an unknown tag
+        f"- {{content: [], {SECRET_LINE}}}\n",  # an unknown key
+        f"{SECRET_LINE}\n",  # a mapping without 'replies'
+        f"- {{content: [{{type: {SECRET_LINE.replace(': ', '')}, text: x}}]}}\n",  # bad tag
+        f"- *{SECRET_LINE.replace(' ', '').replace(':', '')}\n",  # an undefined alias
+    ],
+)
+def test_errors_never_quote_the_script(tmp_path: Path, content: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(content)
+    with pytest.raises(AdapterConfigError) as caught:
+        load_script(path)
+    message = str(caught.value)
+    assert str(path) in message
+    for fragment in ("sk-do-not-echo", "api_key", "apikey"):
+        assert fragment not in message, message
+
+
+def test_a_yaml_error_gives_line_and_column(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("- one\n- two\n  three: [\n")
+    with pytest.raises(AdapterConfigError, match=r"line \d+, column \d+"):
+        load_script(path)
+
+
+def test_only_regular_files_are_read(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe.yaml"
+    os.mkfifo(fifo)
+    # No writer ever opens the FIFO: a blocking open or read would hang here.
+    with pytest.raises(AdapterConfigError, match=r"not a regular file .*FIFO"):
+        load_script(fifo)
+    with pytest.raises(AdapterConfigError, match=r"not a regular file .*directory"):
+        load_script(tmp_path)
+
+
+def test_a_script_over_the_size_limit_is_refused_unread(tmp_path: Path) -> None:
+    path = tmp_path / "big.yaml"
+    path.write_bytes(b"- " + b"x" * MAX_SCRIPT_BYTES + b"\n")
+    with pytest.raises(AdapterConfigError, match=f"limit of {MAX_SCRIPT_BYTES} bytes"):
+        load_script(path)
+
+
+def test_script_paths_never_follow_a_symbolic_link(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "s.yaml").write_text("- hi\n")
+    assert len(load_script(real / "s.yaml")) == 1
+    os.symlink(real / "s.yaml", tmp_path / "file-link.yaml")
+    os.symlink(real, tmp_path / "dir-link")
+    for path in (tmp_path / "file-link.yaml", tmp_path / "dir-link" / "s.yaml"):
+        with pytest.raises(AdapterConfigError, match="is a symbolic link"):
+            load_script(path)
+
+
+async def test_a_deferred_script_is_read_when_it_first_streams(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text("- first\n")
+    model = ScriptedAdapter.deferred(path)
+    assert model.name == f"scripted:{path}"
+    path.write_text("- changed before the first turn\n")  # nothing was read yet
+    done = final(await collect(model, request(user("go"))))
+    assert done.message.text() == "changed before the first turn"
+
+    os.mkfifo(tmp_path / "pipe")
+    broken = ScriptedAdapter.deferred(tmp_path / "pipe")
+    with pytest.raises(AdapterConfigError, match="FIFO"):
+        await collect(broken, request(user("go")))

@@ -94,11 +94,18 @@ class Dashboard:
 
     @classmethod
     async def open(
-        cls, browser: Browser, server: ServerProcess, name: str, *, holdable: bool = False
+        cls,
+        browser: Browser,
+        server: ServerProcess,
+        name: str,
+        *,
+        holdable: bool = False,
+        width: int = 1280,
+        height: int = 900,
     ) -> Dashboard:
         """Sign in a new tab. With ``holdable``, its event sockets pass through a
         relay that can hold back what the server sends (see ``hold``)."""
-        context = await browser.new_context(viewport={"width": 1280, "height": 900})
+        context = await browser.new_context(viewport={"width": width, "height": height})
         board = cls(await context.new_page(), name)
         if holdable:
             await board.page.route_web_socket(re.compile(r"/events(\?|$)"), board._relay)
@@ -110,7 +117,7 @@ class Dashboard:
         return board
 
     async def watch(self, session_id: str) -> None:
-        await self.page.click(f"[data-session-id='{session_id}']", timeout=WAIT_MS)
+        await self.page.click(f".session-item[data-session-id='{session_id}']", timeout=WAIT_MS)
         await self.expect_live()
 
     async def expect_live(self) -> None:

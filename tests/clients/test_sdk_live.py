@@ -99,6 +99,7 @@ async def test_confirmation_race_has_one_winner(
     assert request.turn_id == turn_id and request.tool_name == "write_file"
     assert request.preview is not None and request.preview.kind == "diff"
     assert "+hi" in request.preview.text
+    assert request.scope_text == "allow write_file for this session"
 
     answerers = [ToolrelayClient(server.base_url, server.token, f"racer-{i}") for i in range(3)]
     try:

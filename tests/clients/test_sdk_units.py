@@ -48,6 +48,7 @@ REQUESTED: dict[str, object] = {
     "projected_modifications": ["a.txt"],
     "preview": {"kind": "diff", "text": "+hi"},
     "expires_at": "2025-01-01T00:05:00Z",
+    "scope_text": "allow write_file for this session",
 }
 
 
@@ -56,6 +57,7 @@ def test_known_type_gets_typed_data() -> None:
     assert isinstance(event, ConfirmationRequested)
     assert event.data.request_id == "conf_1"
     assert event.data.preview.kind == "diff"
+    assert event.data.scope_text == "allow write_file for this session"
     assert event.session_seq == 3
 
 

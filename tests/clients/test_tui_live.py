@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import Input
+from textual.widgets import Input, Static
 
 from clients.sdk import Backoff, ConnectionState, ToolrelayClient
 from clients.tui.app import ToolrelayTUI
@@ -60,6 +60,10 @@ async def test_tui_creates_a_session_and_approves_with_y(
             )
             assert screen.data.tool_name == "write_file" and screen.turn_id == turn_id
             assert "+hi" in screen.data.preview.text
+            # The pop-up says what "s" (allow for session) would grant.
+            assert screen.data.scope_text == "allow write_file for this session"
+            keys = screen.query_one("#confirm-keys", Static).render()
+            assert "s = allow write_file for this session" in str(keys)
             await pilot.press("y")
             call = await until(
                 pilot,
@@ -211,8 +215,8 @@ def test_token_resolution_order(tmp_path: Path) -> None:
 
 
 def test_run_rejects_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = run(["--token", "t" * 20, "--workspace", str(tmp_path / "nope")])
-    assert code == 2 and "not a directory" in capsys.readouterr().err
+    code = run(["--token", "t" * 20, "--url", "ftp://x", "--session", "ses_x"])
+    assert code == 2 and "http://" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         run(["--token", "t" * 20])  # neither --session nor --workspace
 
@@ -232,5 +236,7 @@ async def test_server_cli_starts_the_tui(server: ServerProcess, workspace: Path)
         stderr=asyncio.subprocess.PIPE,
     )
     _, err = await asyncio.wait_for(proc.communicate(), 30)
+    # The workspace is a path on the server: the server refuses it, in one line.
     assert proc.returncode == 2, err
-    assert b"not a directory" in err
+    assert b"does not exist" in err and b"missing" in err
+    assert len(err.decode().strip().splitlines()) == 1, err

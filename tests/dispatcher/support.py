@@ -124,7 +124,7 @@ class RatedShell:
         side_effects=SideEffects.EXECUTE,
     )
 
-    def rate(self, input: dict[str, Any]) -> CallRating:
+    def rate(self, input: dict[str, Any], workspace: WorkspaceFileAPI) -> CallRating:
         return CallRating.SAFE if input["command"] == "ls" else CallRating.DANGEROUS
 
     async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:

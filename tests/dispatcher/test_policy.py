@@ -8,6 +8,7 @@ import pytest
 
 from adapters.canonical import SideEffects
 from dispatcher import CallRating, ConfirmMode, PolicyConfig, PolicyQuery, RulePolicy
+from dispatcher.policy import AutoAllowPolicy, sandbox_floor
 
 E = SideEffects
 
@@ -102,3 +103,27 @@ def test_loosened_calls_finds_every_loosening_and_accepts_tightening() -> None:
         f"<any other tool> ({e}, rated dev): prompt -> auto"
         for e in ("write", "execute", "network")
     ]
+
+
+@pytest.mark.parametrize("mode", list(ConfirmMode))
+@pytest.mark.parametrize("effect", list(SideEffects))
+def test_the_sandbox_floor(mode: ConfirmMode, effect: SideEffects) -> None:
+    """Outside a sandbox an execute-class call is at least PROMPT; nothing
+    else moves, and the floor never lowers a mode."""
+    policy = RulePolicy()
+    boxed = sandbox_floor(mode, effect, sandboxed=True, policy=policy)
+    bare = sandbox_floor(mode, effect, sandboxed=False, policy=policy)
+    assert boxed is mode
+    if effect is SideEffects.EXECUTE and mode in (ConfirmMode.AUTO, ConfirmMode.PROMPT_ONCE):
+        assert bare is ConfirmMode.PROMPT
+    else:
+        assert bare is mode
+
+
+def test_only_the_explicit_run_everything_choice_skips_the_floor() -> None:
+    auto, execute = ConfirmMode.AUTO, SideEffects.EXECUTE
+    yolo = RulePolicy(PolicyConfig(preset="yolo"))
+    assert sandbox_floor(auto, execute, sandboxed=False, policy=yolo) is auto
+    assert sandbox_floor(auto, execute, sandboxed=False, policy=AutoAllowPolicy()) is auto
+    loose = RulePolicy(PolicyConfig(per_tool={"shell": ConfirmMode.AUTO}))
+    assert sandbox_floor(auto, execute, sandboxed=False, policy=loose) is ConfirmMode.PROMPT

@@ -54,7 +54,12 @@ METHODS: dict[str, Callable[[WorkspaceFileAPI, str], Any]] = {
     "exists": lambda ws, p: ws.exists(p),
     "list": lambda ws, p: ws.list(p),
     "delete": lambda ws, p: ws.delete(p),
-    "patch": lambda ws, p: ws.patch(p, "secret", "pwned"),
+    "open_file": lambda ws, p: os.close(ws.open_file(p)),
+    "open_file_write": lambda ws, p: os.close(ws.open_file(p, os.O_WRONLY | os.O_CREAT)),
+    "open_dir": lambda ws, p: os.close(ws.open_dir(p)),
+    "stat": lambda ws, p: ws.stat(p),
+    "lstat": lambda ws, p: ws.lstat(p + "/x"),
+    "resolve": lambda ws, p: ws.resolve(p),
 }
 
 
@@ -88,18 +93,6 @@ def test_write_creates_parents_and_lists_relative(layout: tuple[WorkspaceFileAPI
     assert "inside.txt" in ws.list(".")
     ws.append("a/b/c.txt", " world")
     assert ws.read("a/b/c.txt") == "hello world"
-
-
-def test_patch_requires_exactly_one_match(layout: tuple[WorkspaceFileAPI, Path]) -> None:
-    ws, _ = layout
-    ws.write("p.txt", "one\ntwo\none\n")
-    with pytest.raises(ToolExecutionError, match=r"not unique.*2 matches, at lines 1, 3"):
-        ws.patch("p.txt", "one", "1")
-    with pytest.raises(ToolExecutionError, match="not found"):
-        ws.patch("p.txt", "three", "3")
-    diff = ws.patch("p.txt", "two", "2")
-    assert "-two" in diff and "+2" in diff and "a/p.txt" in diff
-    assert ws.read("p.txt") == "one\n2\none\n"
 
 
 def test_non_utf8_and_directories_give_clear_errors(layout: tuple[WorkspaceFileAPI, Path]) -> None:
@@ -136,7 +129,7 @@ def test_failed_write_leaves_old_content_and_no_temp_file(
 ) -> None:
     ws, _ = layout
 
-    def crash(src: str, dst: str) -> None:
+    def crash(src: str, dst: str, **dir_fds: int) -> None:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", crash)
@@ -162,3 +155,99 @@ def test_symlink_loop_is_refused_cleanly(layout: tuple[WorkspaceFileAPI, Path]) 
     os.symlink("loop_a", os.path.join(ws.workspace_root, "loop_b"))
     with pytest.raises((ToolPermissionDenied, ToolExecutionError)):
         ws.read("loop_a")
+
+
+def test_open_file_and_open_dir_give_descriptors(layout: tuple[WorkspaceFileAPI, Path]) -> None:
+    ws, _ = layout
+    fd = ws.open_file("sub/../file_link_in")
+    try:
+        assert os.read(fd, 100) == b"inside"
+        assert os.get_blocking(fd)  # O_NONBLOCK was cleared after the checks
+    finally:
+        os.close(fd)
+    dfd = ws.open_dir("sub")
+    try:
+        with os.scandir(dfd) as it:
+            assert [e.name for e in it] == []
+    finally:
+        os.close(dfd)
+    fd = ws.open_file("sub/new.txt", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.close(fd)
+    assert Path(ws.workspace_root, "sub/new.txt").exists()
+    with pytest.raises(ToolExecutionError, match="not a directory"):
+        ws.open_dir("inside.txt")
+    with pytest.raises(ToolExecutionError, match="is a directory"):
+        ws.open_file("sub")
+
+
+def test_fifo_is_refused_without_blocking(layout: tuple[WorkspaceFileAPI, Path]) -> None:
+    ws, _ = layout
+    os.mkfifo(os.path.join(ws.workspace_root, "pipe"))
+    # Without O_NONBLOCK this open would wait forever for a writer.
+    with pytest.raises(ToolExecutionError, match="not a regular file"):
+        ws.read("pipe")
+    with pytest.raises(ToolExecutionError, match="not a regular file"):
+        ws.write("pipe", "x")
+
+
+def test_links_inside_are_followed_under_the_same_rules(
+    layout: tuple[WorkspaceFileAPI, Path],
+) -> None:
+    ws, outside = layout
+    root = Path(ws.workspace_root)
+    os.symlink(root / "sub", root / "abs_in")  # absolute, inside: followed from the root
+    os.symlink("../inside.txt", root / "sub" / "up")
+    os.symlink("../../outside/secret.txt", root / "sub" / "up_out")
+    assert ws.read("abs_in/up") == "inside"
+    assert ws.resolve("abs_in/up") == root / "inside.txt"
+    assert ws.lstat("abs_in/up").st_mode & 0o170000 == 0o120000  # the link itself
+    assert ws.stat("abs_in/up").st_size == len("inside")
+    # '..' after a link climbs from where the link led (physically), not lexically.
+    assert ws.resolve("abs_in/../inside.txt") == root / "inside.txt"
+    with pytest.raises(WorkspaceEscapeError, match="up_out"):
+        ws.read("sub/up_out")
+    # A write through an in-workspace link replaces the target and keeps the link.
+    ws.write("sub/up", "changed")
+    assert (root / "inside.txt").read_text() == "changed"
+    assert (root / "sub" / "up").is_symlink()
+    assert (outside / "secret.txt").read_text() == "secret"
+
+
+def test_write_through_dangling_link_creates_inside_only(
+    layout: tuple[WorkspaceFileAPI, Path],
+) -> None:
+    ws, outside = layout
+    root = Path(ws.workspace_root)
+    os.symlink("made/here.txt", root / "dangling_in")
+    os.symlink(outside / "new.txt", root / "dangling_out")
+    result = ws.write("dangling_in", "x")
+    assert (result.rel, result.created, result.made_dirs) == ("made/here.txt", True, ["made"])
+    with pytest.raises(WorkspaceEscapeError):
+        ws.write("dangling_out", "x")
+    assert sorted(os.listdir(outside)) == ["secret.txt"]
+
+
+def test_missing_paths_resolve_lexically_and_read_as_not_found(
+    layout: tuple[WorkspaceFileAPI, Path],
+) -> None:
+    ws, _ = layout
+    root = Path(ws.workspace_root)
+    assert ws.resolve("no/such/../file") == root / "no" / "file"
+    assert ws.resolve(".") == root
+    assert not ws.exists("no/such/file")
+    with pytest.raises(ToolExecutionError, match="No such file"):
+        ws.stat("no/such/file")
+    with pytest.raises(ToolExecutionError, match="create_parents is false"):
+        ws.write_bytes("no/such/file", b"x", create_parents=False)
+
+
+def test_unlink_and_rmdir_by_descriptor(layout: tuple[WorkspaceFileAPI, Path]) -> None:
+    ws, outside = layout
+    ws.write("d/e/f.txt", "x")
+    ws.unlink("d/e/f.txt")
+    ws.rmdir("d/e")
+    ws.rmdir("d")
+    assert not ws.exists("d")
+    with pytest.raises(WorkspaceEscapeError):
+        ws.unlink("file_link_out")
+    assert (outside / "secret.txt").exists()

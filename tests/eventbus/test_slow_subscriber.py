@@ -115,3 +115,57 @@ async def test_a_resuming_subscriber_is_not_cut_off_before_it_catches_up(
         assert bus.stats().dropped_subscribers == 1  # only the live-only one
         with pytest.raises(SubscriberTooSlow):
             await take(live_only, 17)
+
+
+@pytest.mark.parametrize("log_mode", ["process", "memory", "none"], indirect=True)
+async def test_a_subscriber_is_cut_off_by_bytes_before_its_count_is_reached(
+    log_mode: str, mode_log: EventLog | None
+) -> None:
+    # A few large events cost more memory than many small ones: the byte budget
+    # cuts the subscriber although its queue holds far fewer than max_queue events.
+    budget = 256 * 1024
+    big = "x" * 50_000
+    async with running_bus(mode_log, max_queue=1024, fanout_chunk=4, max_queue_bytes=budget) as bus:
+        slow = await bus.subscribe()
+        small = await bus.subscribe(max_queue_bytes=64 * 1024 * 1024)
+        for i in range(40):
+            bus.publish(
+                "tool.output_delta",
+                {"tool_use_id": "t", "stream": "stdout", "text": big},
+                session_id=f"ses_{i % 2}",
+            )
+        await bus.flush()
+        assert slow.closed and not small.closed
+        assert bus.stats().dropped_subscribers == 1
+        got: list[EventRecord] = []
+        with pytest.raises(SubscriberTooSlow) as caught:
+            async with asyncio.timeout(STEP_TIMEOUT):
+                async for record in slow:
+                    got.append(record)
+        # What it held never went past the budget, and it was far from 1024 events.
+        assert 0 < len(got) < 10
+        assert sum(len(r.text) for r in got) <= budget
+        assert caught.value.last_cursor == got[-1].seq
+        assert slow.queued_bytes == 0
+        # The other one, with room enough, has all of it.
+        assert len(await take(small, 40)) == 40
+        if mode_log is not None:
+            # Resuming from the cursor loses nothing.
+            resumed = await bus.subscribe(after=caught.value.last_cursor)
+            rest = await take(resumed, 40 - len(got))
+            assert cursors(got + rest, per_session=False) == list(range(1, 41))
+
+
+async def test_a_filtered_subscriber_queues_only_what_it_may_see() -> None:
+    async with running_bus(None, max_queue=16, fanout_chunk=4) as bus:
+        mine = {"ses_mine"}
+        sub = await bus.subscribe(visible=mine.__contains__, visible_sessions=lambda: list(mine))
+        # 200 events of a session it may not see take no room in its queue.
+        for i in range(200):
+            bus.publish("message.delta", {"text": str(i)}, session_id="ses_other")
+        bus.publish("turn.started", {}, session_id="ses_mine")
+        await bus.flush()
+        assert not sub.closed and sub.queued == 1
+        (record,) = await take(sub, 1)
+        assert (record.session_id, record.seq) == ("ses_mine", 201)
+        assert sub.last_cursor == 201

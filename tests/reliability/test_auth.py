@@ -10,6 +10,8 @@ allowed to answer without a token are the ones listed in PUBLIC below.
 from __future__ import annotations
 
 import secrets
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -52,18 +54,21 @@ BAD_AUTH: list[dict[str, str]] = [
 
 @pytest.fixture(scope="module")
 def users(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    # Test workspaces live under pytest's base temp dir: the users' root. The
+    # server's own files may not lie inside an allowed root, so they go elsewhere.
+    roots = [str(tmp_path_factory.getbasetemp().resolve())]
     tokens = [
-        {"name": "alice", "token": ALICE, "role": "user"},
-        {"name": "bob", "token": BOB, "role": "user"},
+        {"name": "alice", "token": ALICE, "role": "user", "allowed_roots": roots},
+        {"name": "bob", "token": BOB, "role": "user", "allowed_roots": roots},
     ]
-    srv = ServerProcess(
-        tmp_path_factory.mktemp("auth"), config=config(auth={"tokens": tokens}), env=DEBUG_ENV
-    )
+    home = Path(tempfile.mkdtemp(prefix="toolrelay-auth-"))
+    srv = ServerProcess(home, config=config(auth={"tokens": tokens}), env=DEBUG_ENV)
     srv.start()
     try:
         yield srv
     finally:
         srv.stop()
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def _operations(spec: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:

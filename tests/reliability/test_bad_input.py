@@ -404,3 +404,63 @@ async def test_garbage_frames_end_only_the_connection_that_sent_them(
             await ok.until("turn.completed", of_turn(tid))
     assert (await _health(srv)) == 200
     assert not server_problems(srv), server_problems(srv)
+
+
+# -- input limits at the API boundary (issue 11, item 6) ---------------------------
+
+
+def _turn_body(tool_input_json: str) -> bytes:
+    """A tool_uses turn body with ``tool_input_json`` spliced in as raw JSON text."""
+    return (
+        '{"tool_uses":[{"id":"lim","name":"read_file","input":' + tool_input_json + "}]}"
+    ).encode()
+
+
+def _nested(levels: int) -> str:
+    # {"a":{"a":...{"a":1}...}}: the input object itself is level 1.
+    return '{"a":' * (levels - 1) + '{"a":1}' + "}" * (levels - 1)
+
+
+async def test_input_over_the_limits_is_refused_with_422_and_listings_stay_readable(
+    shared: ServerProcess, workspace: Path
+) -> None:
+    async with shared.client("limits") as http:
+        sid = await new_session(http, workspace)
+        url = f"/sessions/{sid}/turns"
+        headers = {"content-type": "application/json"}
+        refused = {
+            # Deeper than the JSON parser goes: today's 400 becomes a 422.
+            "10_000 levels": (_turn_body("[" * 10_000 + "]" * 10_000), "nests too deeply"),
+            # Parseable, but deeper than the API accepts; the place is named.
+            "33 levels": (
+                _turn_body(_nested(33)),
+                "tool_uses[0].input" + ".a" * 32 + " nests deeper than 32 levels",
+            ),
+            "a huge array": (
+                _turn_body('{"path":[' + ",".join(["0"] * 20_000) + "]}"),
+                "tool_uses[0].input.path has 20000 items; at most 10000 are allowed",
+            ),
+            "a NaN": (_turn_body('{"path":NaN}'), "tool_uses[0].input.path is not a finite"),
+            "invalid UTF-8": (b'{"message":"caf\xe9"}', "not valid UTF-8 (at byte 15)"),
+            "a 5000-digit integer": (_turn_body('{"n":' + "7" * 5000 + "}"), "not valid JSON"),
+        }
+        for name, (body, expected) in refused.items():
+            response = await http.post(url, content=body, headers=headers)
+            assert response.status_code == 422, (name, response.status_code, response.text)
+            error = response.json()["error"]
+            assert error["code"] == "invalid_request", (name, error)
+            assert expected in error["message"], (name, error["message"])
+        # Refused before anything was stored.
+        assert (await http.get(f"{url}")).json()["turns"] == []
+
+        # At the limit it is accepted (the tool itself then refuses the input), and
+        # every later read still answers.
+        response = await http.post(url, content=_turn_body(_nested(32)), headers=headers)
+        assert response.status_code == 202, response.text
+        tid = response.json()["turn_id"]
+        turn = await wait_turn(http, sid, tid)
+        assert turn["status"] == "completed"
+        for path in (url, f"{url}/{tid}", f"/sessions/{sid}/messages", f"/sessions/{sid}"):
+            read = await http.get(path)
+            assert read.status_code == 200, (path, read.text[:300])
+    assert not server_problems(shared), server_problems(shared)

@@ -2,8 +2,12 @@
 bubblewrap sandbox, as root (this machine runs the suite as root, which is
 when a sandbox is easiest to get wrong).
 
-- The blocklist evasion corpus (the shell rules' own list of tricks) is
-  refused, every entry, with ``permission_denied``; nothing runs.
+- The blocklist evasion corpus (the shell rules' own list of tricks,
+  including the usual rewrites: brace and glob forms of ``rm -rf /``,
+  functions, aliases, ``set --``, ``printf -v``, ``xargs``/``find -exec``
+  feeding a blocked command, process and command substitution) is refused,
+  every entry, with ``permission_denied``; nothing runs. Its look-alikes
+  are not refused: they reach the sandbox and run there.
 - Inside the sandbox: no write outside the workspace (not directly, not by
   remounting, not through /proc, not by a new user namespace), no network
   (not to a listener of this test, not to the server itself), no
@@ -26,7 +30,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from tests.dispatcher.tools.test_shell_rules import EVASIONS
+from tests.dispatcher.tools.test_shell_rules import EVASIONS, NOT_BLOCKED
 from tests.harness import ServerProcess
 from tests.reliability.conftest import DEBUG_ENV, config
 from tests.reliability.support import logged_events, server_problems
@@ -106,6 +110,16 @@ async def test_the_evasion_corpus_is_refused_through_the_server(
     for i in range(len(EVASIONS)):
         assert failed.get(f"c{i}") == "permission_denied", (EVASIONS[i], failed.get(f"c{i}"))
     assert canary.read_text() == "still here\n"
+
+
+async def test_the_look_alikes_run_in_the_sandbox(sandboxed: ServerProcess, tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    results = await _run_commands(sandboxed, workspace, list(NOT_BLOCKED))
+    for command, result in zip(NOT_BLOCKED, results, strict=True):
+        text = result_text(result)
+        assert "blocklist" not in text, (command, text)
+        assert "exit code:" in text, (command, text)
 
 
 class _Listener:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -126,3 +127,148 @@ def test_redacting_filter_rewrites_arguments_and_tracebacks() -> None:
         failing = logging.LogRecord("x", logging.ERROR, __file__, 1, "boom", (), sys.exc_info())
     RedactingFilter([SECRET]).filter(failing)
     assert failing.exc_text is not None and SECRET not in failing.exc_text
+
+
+# -- allowed roots and protected paths -----------------------------------------------
+
+
+def roots_config(tmp_path: Path, roots: str, *, data_dir: Path | None = None) -> Path:
+    data = data_dir or tmp_path / "srv" / "data"
+    return write(tmp_path, f"server:\n  data_dir: {data}\n{roots}")
+
+
+@pytest.mark.parametrize(
+    ("roots", "key", "reason"),
+    [
+        ("workspaces:\n  allowed_roots: ['/']\n", "workspaces.allowed_roots.0", "filesystem root"),
+        (
+            "workspaces:\n  allowed_roots: ['{base}/ok', '{base}']\n",
+            "workspaces.allowed_roots.1",
+            "contains the server's data dir",
+        ),
+        (
+            "workspaces:\n  allowed_roots: ['{base}/srv/data/inner']\n",
+            "workspaces.allowed_roots.0",
+            "lies inside the server's data dir",
+        ),
+        (
+            "auth:\n  tokens:\n    - {{name: u, token: user-token-0123456789, "
+            "allowed_roots: ['{base}/ok']}}\n"
+            "    - {{name: v, token: user-token-9876543210, allowed_roots: ['{base}/cfg']}}\n",
+            "auth.tokens.1.allowed_roots.0",
+            "contains a config file",
+        ),
+        ("model:\n  scripts_dir: '{base}/srv'\n", "model.scripts_dir", "contains the server's"),
+    ],
+)
+def test_allowed_roots_holding_secrets_are_config_errors(
+    tmp_path: Path, roots: str, key: str, reason: str
+) -> None:
+    base = tmp_path.resolve()
+    (base / "cfg").mkdir()
+    path = base / "cfg" / "config.yaml"
+    path.write_text(
+        f"server:\n  data_dir: {base / 'srv' / 'data'}\n" + roots.format(base=base),
+        encoding="utf-8",
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, env={})
+    assert key in str(caught.value) and reason in str(caught.value)
+
+
+def test_allowed_roots_are_absolute_and_kept_per_token(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"auth.tokens.0.allowed_roots: .*not an absolute"):
+        load_config(
+            roots_config(
+                tmp_path,
+                "auth:\n  tokens:\n    - {name: u, token: user-token-0123456789, "
+                "allowed_roots: [relative/dir]}\n",
+            ),
+            env={},
+        )
+    with pytest.raises(ConfigError, match=r"model\.scripts_dir: .*not an absolute"):
+        load_config(roots_config(tmp_path, "model:\n  scripts_dir: scripts\n"), env={})
+    ws = tmp_path / "ws"
+    config = load_config(
+        roots_config(
+            tmp_path,
+            "auth:\n  tokens:\n    - {name: u, token: user-token-0123456789, "
+            f"allowed_roots: ['{ws}']}}\n",
+        ),
+        env={},
+    )
+    assert config.auth.tokens[0].allowed_roots == [str(ws)]
+
+
+def test_a_scripted_default_is_stored_as_its_real_path(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    os.symlink(tmp_path / "real", tmp_path / "link")
+    path = roots_config(tmp_path, f"model:\n  default: 'scripted:{tmp_path}/link/s.yaml'\n")
+    config = load_config(path, env={})
+    assert config.model.default == f"scripted:{tmp_path.resolve()}/real/s.yaml"
+
+
+# -- redaction of encoded query strings ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        f"token={SECRET}",
+        f"%74oken={SECRET}",
+        f"%74%6F%6B%65%6E={SECRET}",
+        f"TOKEN={SECRET}",
+        f"ToKeN={SECRET}",
+        f"token=other&token={SECRET}",
+        f"token={SECRET.replace('-', '%2D')}",
+        f"x={SECRET.replace('t', '%74')}",  # a known token, percent-encoded, under any key
+        f"+token={SECRET}",  # "+" decodes to a space
+        f"token={SECRET[:6]}+{SECRET[6:]}",
+    ],
+)
+def test_every_encoding_of_a_query_token_is_redacted(query: str) -> None:
+    redact = TokenRedactor([SECRET])
+    line = f'127.0.0.1:5 - "GET /events?after=0&{query}&client=me HTTP/1.1" 101'
+    out = redact(line)
+    value = query.partition("=")[2]
+    assert value not in out, out
+    assert SECRET[:10] not in out
+    assert "after=0" in out and "client=me" in out  # the rest of the line is kept
+
+
+# -- secrets out of the environment -----------------------------------------------------
+
+
+def test_scrubbing_removes_secrets_and_keeps_provider_keys(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import adapters.registry as registry
+    from server.environment import scrub_secrets
+
+    monkeypatch.setattr(registry, "_kept_keys", {})
+    env = {
+        "TOOLRELAY_TOKEN": SECRET,
+        "ANTHROPIC_API_KEY": "sk-ant",
+        "ANTHROPIC_AUTH_TOKEN": "tok-ant",
+        "SOMETOOL_API_KEY": "other",
+        "ANTHROPIC_BASE_URL": "http://127.0.0.1:1",
+        "TOOLRELAY_PORT": "9000",
+        "PATH": "/usr/bin",
+    }
+    removed = scrub_secrets(env)
+    assert sorted(removed) == [
+        "ANTHROPIC_API_KEY",
+        "ANTHROPIC_AUTH_TOKEN",
+        "SOMETOOL_API_KEY",
+        "TOOLRELAY_TOKEN",
+    ]
+    assert env == {
+        "ANTHROPIC_BASE_URL": "http://127.0.0.1:1",
+        "TOOLRELAY_PORT": "9000",
+        "PATH": "/usr/bin",
+    }
+    # The adapters read the process environment through the kept keys.
+    kept = registry.process_environment()
+    assert kept.get("ANTHROPIC_API_KEY") == "sk-ant"
+    assert kept.get("ANTHROPIC_AUTH_TOKEN") == "tok-ant"
+    assert "SOMETOOL_API_KEY" not in kept and "TOOLRELAY_TOKEN" not in kept

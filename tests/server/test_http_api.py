@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import secrets
+import shutil
+import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -44,11 +46,15 @@ def api_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProce
             ]
         },
     }
-    srv = ServerProcess(tmp_path_factory.mktemp("api"), config=config, env=DEBUG_ENV).start()
+    # The server's own files (data dir, config) may not lie inside an allowed root:
+    # they live outside pytest's base temp dir.
+    root = Path(tempfile.mkdtemp(prefix="toolrelay-api-"))
+    srv = ServerProcess(root, config=config, env=DEBUG_ENV).start()
     try:
         yield srv
     finally:
         srv.stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture

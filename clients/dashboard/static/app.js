@@ -39,6 +39,7 @@
     sessions: new Map(),
     selected: null, // SessionView of the selected session
     globalSocket: null,
+    seenModels: new Map(), // session id -> the model its turns reported (server default)
   };
 
   // ---------------------------------------------------------------- HTTP
@@ -239,6 +240,17 @@
     return text.length > 120 ? `${text.slice(0, 119)}…` : text;
   }
 
+  // A failed turn's reason and message, e.g. "model_error: anthropic: auth (HTTP 401): ...".
+  function failureText(d) {
+    const reason = d.reason || "failed";
+    return d.message ? `${reason}: ${d.message}` : reason;
+  }
+
+  const basename = (path) => {
+    const parts = String(path || "").split("/").filter(Boolean);
+    return parts.length ? parts[parts.length - 1] : String(path || "");
+  };
+
   function describe(event) {
     const d = event.data || {};
     switch (event.type) {
@@ -247,7 +259,7 @@
       case "client.attached": return `${d.client_name} attached`;
       case "client.detached": return `${d.client_name} left${d.reason ? ` (${d.reason})` : ""}`;
       case "turn.started": return `${d.source || "turn"} by ${d.created_by || "?"}`;
-      case "turn.failed":
+      case "turn.failed": return failureText(d);
       case "turn.cancelled": return d.reason || "";
       case "message.delta": return d.text || "";
       case "message.completed": {
@@ -302,7 +314,7 @@
       el("time", { datetime: event.ts, text: clock(event.ts) }),
       el("span", { class: "tl-type", text: event.type }),
       withSession
-        ? el("span", { class: "tl-session", title: event.session_id, text: shortId(event.session_id) })
+        ? el("span", { class: "tl-session", title: event.session_id, text: sessionLabel(event.session_id) })
         : null,
       el("span", { class: "tl-text", text: describe(event) }),
     );
@@ -311,7 +323,23 @@
   }
 
 
+
   // ------------------------------------------------------------- sessions
+
+  // Sessions are named for people: their name, else their workspace's last
+  // component; ids stay in titles and data attributes only.
+  function sessionLabel(id) {
+    const session = state.sessions.get(id);
+    if (!session) return shortId(id);
+    return session.name || basename(session.workspace) || shortId(id);
+  }
+
+  function modelText(session) {
+    if (!session) return "";
+    if (session.model) return session.model;
+    const resolved = session.resolved_model || state.seenModels.get(session.id);
+    return resolved ? `${resolved} (server default)` : "server default";
+  }
 
   function renderSessions() {
     const list = $("session-list");
@@ -321,18 +349,26 @@
     );
     for (const session of sessions) {
       const selected = state.selected && state.selected.id === session.id;
+      const status = session.status || "idle";
       const button = el(
         "button",
         {
           type: "button",
           class: "session-item",
+          title: session.id,
           "data-session-id": session.id,
           "aria-current": selected ? "true" : undefined,
           onclick: () => selectSession(session.id),
         },
-        el("span", { class: "session-name", text: session.name || shortId(session.id) }),
+        el("span", { class: "session-name", text: sessionLabel(session.id) }),
         el("span", { class: "session-ws", text: session.workspace || "" }),
-        el("span", { class: `session-status st-${session.status || "idle"}`, text: session.status || "idle" }),
+        el(
+          "span",
+          { class: "session-meta" },
+          el("span", { class: "session-model", text: modelText(session) }),
+          el("span", { class: `session-status st-${status}`, text: status }),
+          session.created_at ? el("span", { text: `created ${clock(session.created_at)}` }) : null,
+        ),
       );
       list.append(el("li", {}, button));
     }
@@ -364,24 +400,70 @@
       renderSessions();
     } else if (known && (event.type === "turn.started" || TERMINAL_TURN.has(event.type))) {
       known.status = event.type === "turn.started" ? "running" : "idle";
+      if (event.data && event.data.model) state.seenModels.set(event.session_id, event.data.model);
       renderSessions();
+    }
+  }
+
+  async function createSession(form) {
+    const submit = form.querySelector("button[type=submit]");
+    const body = { workspace: $("new-workspace").value.trim() };
+    const name = $("new-name").value.trim();
+    const model = $("new-model").value.trim();
+    if (name) body.name = name;
+    if (model) body.model = model;
+    $("new-session-error").textContent = "";
+    submit.disabled = true;
+    try {
+      const session = await api("POST", "/sessions", body);
+      state.sessions.set(session.id, session);
+      renderSessions();
+      form.reset();
+      $("new-session-panel").open = false;
+      selectSession(session.id);
+      $("message-input").focus();
+    } catch (err) {
+      $("new-session-error").textContent = `Could not create the session: ${err.message}`;
+    } finally {
+      submit.disabled = false;
     }
   }
 
   // ---------------------------------------------------------- session view
 
+  const OPEN_CALL = ["requested", "awaiting_confirmation", "running"];
+
+  const plural = (n, word, before = "", after = "") => `${before}${n} ${word}${n === 1 ? "" : "s"}${after}`;
+
+  function timeLeft(expiresAt) {
+    const ms = Date.parse(expiresAt) - Date.now();
+    if (Number.isNaN(ms)) return `expires ${expiresAt}`;
+    if (ms <= 0) return "expired";
+    const s = Math.ceil(ms / 1000);
+    const m = Math.floor(s / 60);
+    return m ? `${m} min ${String(s % 60).padStart(2, "0")} s left` : `${s} s left`;
+  }
+
   class SessionView {
     constructor(id) {
       this.id = id;
-      this.calls = new Map(); // tool_use_id -> {row, data}
+      this.calls = new Map(); // tool_use_id -> call state (table row and conversation block)
       this.cards = new Map(); // request_id -> card state
       this.turn = null;
+      this.turnStatus = "idle";
+      this.streaming = null; // the assistant message whose deltas are arriving
       this.socket = null;
+      this.ticker = null;
+      this.gone = false;
+    }
+
+    get path() {
+      return `/sessions/${encodeURIComponent(this.id)}`;
     }
 
     start() {
       this.socket = new ResumableSocket({
-        path: `/sessions/${encodeURIComponent(this.id)}/events`,
+        path: `${this.path}/events`,
         field: "session_seq",
         after: 0, // replay the whole session, then follow it live
         onEvent: (event) => this.apply(event),
@@ -393,33 +475,69 @@
       });
       this.socket.start();
       this.loadPresence();
+      // Pending confirmations count down their time left.
+      this.ticker = setInterval(() => this.tick(), 1000);
     }
 
     stop() {
       if (this.socket) this.socket.stop();
+      clearInterval(this.ticker);
     }
 
     reset() {
       this.calls.clear();
       this.cards.clear();
+      this.streaming = null;
       $("calls-body").replaceChildren();
       $("confirmations").replaceChildren();
+      $("conversation").replaceChildren();
       $("session-timeline").replaceChildren();
+      this.setTurn(null, "idle");
       this.renderPendingHint();
+      this.renderEmpty();
     }
 
     ended(why) {
+      this.gone = true;
       $("session-turn").textContent = `session ended (${why})`;
+      this.renderControls();
     }
 
     async loadPresence() {
       try {
-        const body = await api("GET", `/sessions/${encodeURIComponent(this.id)}/clients`);
+        const body = await api("GET", `${this.path}/clients`);
         const names = listOf(body, "clients").map((c) => c.client_name);
         if (state.selected === this) $("session-clients").textContent = names.join(", ") || "-";
       } catch (err) {
         if (state.selected === this) $("session-clients").textContent = "?";
       }
+    }
+
+    setTurn(turnId, status) {
+      this.turn = turnId;
+      this.turnStatus = status;
+      $("session-turn").textContent = status;
+      $("session-turn").title = turnId ? `turn ${turnId}` : "";
+      $("session-turn").dataset.status = status;
+      this.renderControls();
+    }
+
+    renderControls() {
+      const running = this.turnStatus === "running";
+      $("cancel-turn").disabled = !running || this.gone;
+      $("send-message").disabled = running || this.gone;
+      $("delete-session").disabled = this.gone;
+      $("message-input").disabled = this.gone;
+    }
+
+    renderEmpty() {
+      $("empty-conversation").hidden = $("conversation").childElementCount > 0;
+    }
+
+    add(node) {
+      $("conversation").append(node);
+      this.renderEmpty();
+      return node;
     }
 
     apply(event) {
@@ -428,34 +546,22 @@
       const d = event.data || {};
       switch (event.type) {
         case "turn.started":
-          this.turn = event.turn_id;
-          $("session-turn").textContent = `${shortId(event.turn_id)} running`;
+          this.setTurn(event.turn_id, "running");
           break;
         case "turn.completed":
         case "turn.failed":
-        case "turn.cancelled": {
-          const status = event.type.split(".")[1];
-          $("session-turn").textContent = `${shortId(event.turn_id)} ${status}`;
-          for (const card of this.cards.values()) {
-            if (card.turnId === event.turn_id && !card.resolved) this.settle(card, `turn ${status}`);
-          }
-          for (const call of this.calls.values()) {
-            if (["requested", "awaiting_confirmation", "running"].includes(call.status) && status !== "completed") {
-              this.updateCall(call.id, { status });
-            }
-          }
+        case "turn.cancelled":
+          this.turnEnded(event);
           break;
-        }
         case "client.attached":
         case "client.detached":
           this.loadPresence();
           break;
+        case "message.delta":
+          this.delta(event);
+          break;
         case "message.completed":
-          for (const block of (d.message && d.message.content) || []) {
-            if (block.type === "tool_use") {
-              this.updateCall(block.id, { name: block.name, input: summarizeInput(block.input) });
-            }
-          }
+          this.message(event);
           break;
         case "tool.confirmation_requested":
           this.updateCall(d.tool_use_id, {
@@ -478,17 +584,26 @@
             name: d.tool_name, fx: d.side_effects, status: "running", input: summarizeInput(d.input),
           });
           break;
+        case "tool.output_delta":
+          this.output(d);
+          break;
         case "tool.input_invalid":
-          this.updateCall(d.tool_use_id, { name: d.tool_name, status: "invalid" });
+          this.updateCall(d.tool_use_id, {
+            name: d.tool_name, status: "invalid",
+            error: (d.errors || []).map((e) => `${e.path || "input"}: ${e.message}`).join("; "),
+          });
           break;
         case "tool.completed":
           this.updateCall(d.tool_use_id, { name: d.tool_name, status: "completed", ms: d.duration_ms });
+          this.result(d);
           break;
-        case "tool.failed":
-          this.updateCall(d.tool_use_id, {
+        case "tool.failed": {
+          const call = this.updateCall(d.tool_use_id, {
             name: d.tool_name, status: "failed", ms: d.duration_ms, error: `${d.error_class}: ${d.message}`,
           });
+          if (call && d.partial_output && !call.term) this.output({ tool_use_id: d.tool_use_id, stream: "stdout", text: d.partial_output });
           break;
+        }
         case "session.deleted":
           this.ended("deleted");
           break;
@@ -497,14 +612,119 @@
       }
     }
 
+    turnEnded(event) {
+      const d = event.data || {};
+      const status = event.type.split(".")[1];
+      this.setTurn(event.turn_id, status);
+      if (d.model) {
+        state.seenModels.set(this.id, d.model);
+        $("session-model").textContent = modelText(state.sessions.get(this.id) || { id: this.id });
+        renderSessions();
+      }
+      for (const card of this.cards.values()) {
+        if (card.turnId === event.turn_id && !card.resolved) this.settle(card, `turn ${status}`);
+      }
+      for (const call of this.calls.values()) {
+        if (OPEN_CALL.includes(call.status) && status !== "completed") this.updateCall(call.id, { status });
+      }
+      if (this.streaming && this.streaming.turnId === event.turn_id) {
+        this.streaming.node.classList.remove("streaming");
+        if (status !== "completed") this.streaming.node.dataset.interrupted = status;
+        this.streaming = null;
+      }
+      if (status === "failed") {
+        // The whole reason and message, as the server gave them.
+        this.add(el(
+          "li",
+          { class: "turn-note turn-failed", "data-turn-id": event.turn_id },
+          el("strong", { text: "Turn failed" }),
+          el("span", { class: "failure", text: failureText(d) }),
+        ));
+      } else if (status === "cancelled") {
+        const who = d.cancelled_by ? ` by ${d.cancelled_by}` : "";
+        this.add(el("li", {
+          class: "turn-note turn-cancelled", "data-turn-id": event.turn_id,
+          text: `Turn cancelled${who}${d.reason && d.reason !== "cancelled" ? ` (${d.reason})` : ""}`,
+        }));
+      }
+    }
+
+    // Streamed text grows one assistant message per model call.
+    delta(event) {
+      const d = event.data || {};
+      const step = d.step === undefined ? null : d.step;
+      let live = this.streaming;
+      if (!live || live.turnId !== event.turn_id || live.step !== step) {
+        const text = el("div", { class: "text" });
+        const node = el(
+          "li",
+          { class: "msg msg-assistant streaming", "data-turn-id": event.turn_id },
+          el("span", { class: "who", text: "assistant" }),
+          text,
+        );
+        live = { turnId: event.turn_id, step, node, text };
+        this.streaming = live;
+        this.add(node);
+      }
+      live.text.textContent += d.text || "";
+    }
+
+    message(event) {
+      const m = (event.data && event.data.message) || {};
+      const blocks = m.content || [];
+      const text = blocks.filter((b) => b.type === "text").map((b) => b.text).join("\n");
+      if (m.role === "user") {
+        if (text) {
+          this.add(el(
+            "li",
+            { class: "msg msg-user", "data-turn-id": event.turn_id },
+            el("span", { class: "who", text: "user" }),
+            el("div", { class: "text", text }),
+          ));
+        }
+      } else if (m.role === "assistant") {
+        const live = this.streaming;
+        if (live && live.turnId === event.turn_id) {
+          // The complete message is the truth; the deltas were its preview.
+          if (text) live.text.textContent = text;
+          live.node.classList.remove("streaming");
+          this.streaming = null;
+        } else if (text) {
+          this.add(el(
+            "li",
+            { class: "msg msg-assistant", "data-turn-id": event.turn_id },
+            el("span", { class: "who", text: "assistant" }),
+            el("div", { class: "text", text }),
+          ));
+        }
+      }
+      for (const block of blocks) {
+        if (block.type === "tool_use") {
+          this.updateCall(block.id, { name: block.name, input: summarizeInput(block.input) });
+        }
+      }
+    }
+
     updateCall(toolUseId, patch) {
-      if (!toolUseId) return;
+      if (!toolUseId) return null;
       let call = this.calls.get(toolUseId);
       if (!call) {
-        call = { id: toolUseId, name: "?", fx: "", input: "", status: "requested", ms: null, confirmation: "", error: "" };
+        call = {
+          id: toolUseId, name: "?", fx: "", input: "", status: "requested", ms: null,
+          confirmation: "", error: "", term: null, lastStream: null, lastSpan: null,
+        };
         call.row = el("tr", { "data-tool-use-id": toolUseId });
+        call.head = el("div", { class: "tool-head" });
+        call.note = el("p", { class: "tool-note" });
+        call.errorLine = el("p", { class: "tool-error", role: "status" });
+        call.block = el(
+          "li",
+          { class: "tool-block", "data-tool-use-id": toolUseId },
+          call.head, call.note, call.errorLine,
+        );
         this.calls.set(toolUseId, call);
         $("calls-body").append(call.row);
+        this.add(call.block);
       }
       for (const [key, value] of Object.entries(patch)) {
         if (value !== undefined && value !== null && value !== "") call[key] = value;
@@ -518,13 +738,75 @@
         el("td", { class: "call-duration", text: duration(call.ms) }),
         el("td", { class: "call-confirmation", text: call.confirmation }),
       );
+      call.block.dataset.status = call.status;
+      call.head.replaceChildren(
+        el("span", { class: "tool-name", text: call.name }),
+        call.fx ? badge(call.fx) : "",
+        el("span", { class: "tool-input", text: call.input }),
+        statusTag(call.status),
+        call.ms !== null ? el("span", { class: "tool-duration", text: duration(call.ms) }) : "",
+      );
+      call.note.textContent = call.confirmation ? `confirmation: ${call.confirmation}` : "";
+      call.note.hidden = !call.confirmation;
+      call.errorLine.textContent = call.error;
+      call.errorLine.hidden = !call.error;
+      return call;
+    }
+
+    // One terminal per call: stdout and stderr interleaved in arrival order,
+    // stderr in its own colour and marked data-stream="stderr".
+    output(d) {
+      const call = this.updateCall(d.tool_use_id, {});
+      if (!call || !d.text) return;
+      if (!call.term) {
+        call.term = el("pre", {
+          class: "terminal", tabindex: "0", role: "log", "aria-label": `Output of ${call.name}`,
+        });
+        call.legend = el(
+          "p",
+          { class: "terminal-legend" },
+          "output: stdout, ",
+          el("span", { class: "err", text: "stderr in red" }),
+        );
+        call.block.insertBefore(call.legend, call.errorLine);
+        call.block.insertBefore(call.term, call.errorLine);
+      }
+      const stream = d.stream === "stderr" ? "stderr" : "stdout";
+      if (call.lastSpan && call.lastStream === stream) {
+        call.lastSpan.textContent += d.text;
+      } else {
+        call.lastSpan = el("span", { class: `out-${stream}`, "data-stream": stream, text: d.text });
+        call.lastStream = stream;
+        call.term.append(call.lastSpan);
+      }
+      const term = call.term;
+      if (term.scrollHeight - term.scrollTop - term.clientHeight < 40) term.scrollTop = term.scrollHeight;
+    }
+
+    // A finished call's result, folded away: a click (or Enter) shows it.
+    result(d) {
+      const call = this.calls.get(d.tool_use_id);
+      if (!call || call.resultNode) return;
+      const text = (d.content || []).filter((b) => b.type === "text").map((b) => b.text).join("\n");
+      if (!text) return;
+      call.resultNode = el(
+        "details",
+        { class: "tool-result" },
+        el("summary", { text: call.term ? "Result" : plural(text.split("\n").length, "line", "Result (", ")") }),
+        el("pre", { class: "result-text", tabindex: "0", text }),
+      );
+      call.block.append(call.resultNode);
     }
 
     addCard(event) {
       const d = event.data;
       if (this.cards.has(d.request_id)) return;
       const expired = Date.parse(d.expires_at) <= Date.now();
-      const card = { requestId: d.request_id, turnId: event.turn_id, resolved: false, answered: false };
+      const card = {
+        requestId: d.request_id, turnId: event.turn_id, resolved: false, answered: false,
+        expiresAt: d.expires_at,
+      };
+      const uid = `c-${d.request_id.replace(/[^\w-]/g, "")}`;
       const resultLine = el("p", { class: "resolution", role: "status" });
       const message = el("input", {
         type: "text", class: "deny-message", placeholder: "Reason (sent to the model on deny)",
@@ -537,6 +819,7 @@
       ].map(([decision, scope, label, cls]) =>
         el("button", {
           type: "button", class: `${cls} answer`, "data-decision": decision, "data-scope": scope,
+          title: scope === "session" && d.scope_text ? d.scope_text : undefined,
           onclick: () => this.answer(card, decision, scope, message.value),
         }, label),
       );
@@ -551,38 +834,66 @@
         }
         preview.append(el("span", { class: cls, text: `${line}\n` }));
       }
+      card.expires = el("span", { class: "expires", text: timeLeft(d.expires_at) });
       card.node = el(
         "article",
-        { class: "card confirmation", "data-request-id": d.request_id, "aria-label": `Confirm ${d.tool_name}` },
-        el("header", {}, el("strong", { text: d.tool_name }), " ", badge(d.side_effects),
-          el("span", { class: "expires", text: `expires ${clock(d.expires_at)}` })),
-        el("p", { class: "summary", text: d.input_summary || "" }),
+        {
+          class: "card confirmation", "data-request-id": d.request_id, "data-tool-use-id": d.tool_use_id,
+          role: "alertdialog", "aria-modal": "false", "aria-labelledby": `${uid}-t`, "aria-describedby": `${uid}-s`,
+          tabindex: "-1",
+        },
+        el("header", {}, el("strong", { id: `${uid}-t`, text: d.tool_name }), " ", badge(d.side_effects), card.expires),
+        el("p", { class: "summary", id: `${uid}-s`, title: d.input_summary || "", text: d.input_summary || "" }),
         (d.projected_modifications || []).length
           ? el("p", { class: "mods", text: `Would modify: ${d.projected_modifications.join(", ")}` })
           : null,
         preview,
         el("div", { class: "actions" }, ...buttons, message),
+        // What "Allow for session" grants: for a shell, one program and
+        // subcommand at one rating, never every later command.
+        d.scope_text
+          ? el("p", { class: "scope-text", text: `Allow for session = ${d.scope_text}` })
+          : null,
         resultLine,
       );
       card.buttons = buttons;
       card.message = message;
       card.resultLine = resultLine;
       this.cards.set(d.request_id, card);
-      $("confirmations").append(card.node);
+      // Waiting cards first, above the one-line resolved ones.
+      const firstResolved = $("confirmations").querySelector(".confirmation.resolved");
+      $("confirmations").insertBefore(card.node, firstResolved);
       if (expired) this.settle(card, "expired");
       this.renderPendingHint();
     }
 
+    tick() {
+      for (const card of this.cards.values()) {
+        if (!card.resolved) card.expires.textContent = timeLeft(card.expiresAt);
+      }
+    }
+
     settle(card, text, resolution, own = false) {
+      const wasOpen = !card.resolved;
       card.resolved = true;
       card.node.classList.add("resolved");
+      // One line now: no longer a dialog asking for an answer.
+      card.node.setAttribute("role", "group");
+      card.node.removeAttribute("aria-modal");
       card.node.dataset.decision = resolution ? resolution.decision : "closed";
       if (resolution) card.node.dataset.resolvedBy = resolution.resolved_by;
+      const hadFocus = card.node.contains(document.activeElement);
       for (const button of card.buttons) button.disabled = true;
       card.message.disabled = true;
       // Our own answer's outcome ("… (you)" or "already resolved by …") is the
       // more telling wording; the event that follows must not overwrite it.
       if (!card.answered || own) card.resultLine.textContent = text;
+      card.resultLine.title = card.resultLine.textContent;
+      if (wasOpen) {
+        // Resolved cards sink below the waiting ones.
+        $("confirmations").append(card.node);
+        if (hadFocus) this.focusPending();
+      }
       this.renderPendingHint();
     }
 
@@ -591,7 +902,7 @@
       for (const button of card.buttons) button.disabled = true;
       const body = { decision, scope };
       if (decision === "deny" && message) body.message = message;
-      const path = `/sessions/${encodeURIComponent(this.id)}/turns/${encodeURIComponent(card.turnId)}`
+      const path = `${this.path}/turns/${encodeURIComponent(card.turnId)}`
         + `/confirmations/${encodeURIComponent(card.requestId)}`;
       try {
         const won = await api("POST", path, body);
@@ -618,11 +929,82 @@
       }
     }
 
+    pendingCards() {
+      return [...this.cards.values()].filter((c) => !c.resolved);
+    }
+
+    focusPending() {
+      const first = this.pendingCards()[0];
+      if (!first) {
+        $("message-input").focus();
+        return;
+      }
+      first.node.scrollIntoView({ block: "start" });
+      first.buttons[0].focus();
+    }
+
     renderPendingHint() {
-      const open = [...this.cards.values()].filter((c) => !c.resolved).length;
+      const open = this.pendingCards().length;
       $("no-confirmations").hidden = open > 0;
       $("pending-title").textContent = open ? `Confirmations (${open} waiting)` : "Confirmations";
+      $("pending-banner").hidden = open === 0;
+      $("pending-banner-text").textContent = open === 1
+        ? "A tool call is waiting for your decision."
+        : `${plural(open, "tool call")} are waiting for your decision.`;
     }
+
+    async send(text) {
+      $("composer-error").textContent = "";
+      $("send-message").disabled = true;
+      try {
+        const started = await api("POST", `${this.path}/turns`, { message: text });
+        if (this.turnStatus !== "running" && started && started.turn_id && this.turn !== started.turn_id) {
+          this.setTurn(started.turn_id, "running");
+        }
+        return true;
+      } catch (err) {
+        $("composer-error").textContent = `Not sent: ${err.message}`;
+        return false;
+      } finally {
+        this.renderControls();
+      }
+    }
+
+    async cancel() {
+      if (!this.turn || this.turnStatus !== "running") return;
+      $("composer-error").textContent = "";
+      $("cancel-turn").disabled = true;
+      try {
+        await api("POST", `${this.path}/turns/${encodeURIComponent(this.turn)}/cancel`);
+      } catch (err) {
+        $("composer-error").textContent = `Could not cancel: ${err.message}`;
+        this.renderControls();
+      }
+    }
+
+    async remove() {
+      try {
+        await api("DELETE", this.path);
+      } catch (err) {
+        if (err.status !== 404) {
+          $("composer-error").textContent = `Could not delete: ${err.message}`;
+          return;
+        }
+      }
+      state.sessions.delete(this.id);
+      deselect();
+    }
+  }
+
+  function deselect() {
+    if (state.selected) state.selected.stop();
+    state.selected = null;
+    $("session-view").hidden = true;
+    $("empty-view").hidden = false;
+    $("pending-banner").hidden = true;
+    renderSessions();
+    renderConnection();
+    history.replaceState(null, "", location.pathname);
   }
 
   function selectSession(id) {
@@ -633,10 +1015,12 @@
     state.selected = view;
     $("session-view").hidden = false;
     $("empty-view").hidden = true;
-    $("session-title").textContent = session && session.name ? session.name : `Session ${id}`;
+    $("session-title").textContent = sessionLabel(id);
+    $("session-title").title = id;
     $("session-workspace").textContent = (session && session.workspace) || "";
-    $("session-turn").textContent = "idle";
+    $("session-model").textContent = modelText(session || { id });
     $("session-clients").textContent = "-";
+    $("composer-error").textContent = "";
     view.reset();
     view.start();
     renderSessions();
@@ -650,6 +1034,7 @@
     $("login").hidden = false;
     $("app").hidden = true;
     $("identity").hidden = true;
+    $("pending-banner").hidden = true;
     $("login-error").textContent = message;
     $("name-input").value = state.clientName || `dashboard-${Math.random().toString(16).slice(2, 6)}`;
     $("token-input").focus();
@@ -690,6 +1075,8 @@
     const wanted = /session=([^&]+)/.exec(location.hash);
     if (wanted && state.sessions.has(decodeURIComponent(wanted[1]))) {
       selectSession(decodeURIComponent(wanted[1]));
+    } else if (state.sessions.size === 0) {
+      $("new-session-panel").open = true;
     }
   }
 
@@ -716,6 +1103,34 @@
     });
     $("sign-out").addEventListener("click", () => signOut(""));
     $("refresh-sessions").addEventListener("click", () => loadSessions().catch(() => {}));
+    $("new-session-form").addEventListener("submit", (submitted) => {
+      submitted.preventDefault();
+      createSession(submitted.target);
+    });
+    const input = $("message-input");
+    $("composer").addEventListener("submit", async (submitted) => {
+      submitted.preventDefault();
+      const text = input.value.trim();
+      if (!text || !state.selected) return;
+      if (await state.selected.send(text)) input.value = "";
+    });
+    input.addEventListener("keydown", (key) => {
+      // Enter sends; Shift+Enter is a new line.
+      if (key.key === "Enter" && !key.shiftKey && !key.isComposing) {
+        key.preventDefault();
+        $("composer").requestSubmit();
+      }
+    });
+    $("cancel-turn").addEventListener("click", () => state.selected && state.selected.cancel());
+    $("delete-session").addEventListener("click", () => {
+      $("delete-text").textContent = `"${sessionLabel(state.selected.id)}" goes away for every client; `
+        + "a running turn is cancelled first.";
+      $("delete-dialog").showModal();
+    });
+    $("delete-dialog").addEventListener("close", () => {
+      if ($("delete-dialog").returnValue === "delete" && state.selected) state.selected.remove();
+    });
+    $("pending-review").addEventListener("click", () => state.selected && state.selected.focusPending());
     if (!state.clientName) {
       state.clientName = `dashboard-${Math.random().toString(16).slice(2, 6)}`;
       sessionStorage.setItem(NAME_KEY, state.clientName);

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from dispatcher import ToolContext, ToolOutput, WorkspaceFileAPI
+from dispatcher.sandbox import Sandbox
 from dispatcher.tool import ToolFactory
 
 
@@ -34,6 +35,7 @@ def make_context(
     options: Mapping[str, Any] | None = None,
     emit: OutputLog | None = None,
     cancel_event: asyncio.Event | None = None,
+    sandbox: Sandbox | None = None,
 ) -> ToolContext:
     return ToolContext(
         session_id="sess_tools",
@@ -44,6 +46,7 @@ def make_context(
         cancel_event=cancel_event or asyncio.Event(),
         options=options or {},
         emit_output=emit or OutputLog(),
+        sandbox=sandbox,
     )
 
 

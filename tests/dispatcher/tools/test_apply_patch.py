@@ -231,3 +231,26 @@ def test_commit_restores_written_files_when_a_later_write_fails(
     assert (root / "a.txt").read_text() == "old a\n"
     assert not (root / "b.txt").exists()
     assert sorted(os.listdir(root)) == ["a.txt", "blocker"]
+
+
+def test_commit_removes_folders_it_made_when_a_later_write_fails(
+    root: Path, ws: WorkspaceFileAPI
+) -> None:
+    (root / "zblocker").write_text("a file where a folder is needed\n")
+    plan = _Plan(
+        before={"new/deep/x.txt": None, "zblocker/c.txt": None},
+        after={"new/deep/x.txt": b"x\n", "zblocker/c.txt": b"c\n"},
+        applier="builtin",
+    )
+    with pytest.raises(ToolExecutionError, match="every file was restored"):
+        _commit(ws, plan)
+    assert sorted(os.listdir(root)) == ["zblocker"]
+
+
+async def test_patch_on_a_fifo_is_refused_without_blocking(
+    root: Path, ws: WorkspaceFileAPI
+) -> None:
+    os.mkfifo(root / "pipe")
+    patch = "--- a/pipe\n+++ b/pipe\n@@ -1 +1 @@\n-x\n+y\n"
+    with pytest.raises(ToolExecutionError, match="not a regular file"):
+        await run_tool(ApplyPatchTool, {"patch": patch}, ws)

@@ -14,6 +14,7 @@ from dispatcher import (
     WorkspaceFileAPI,
 )
 from dispatcher.tools import DeleteFileTool, ReadFileTool, WriteFileTool
+from dispatcher.tools.common import git_guard
 from tests.dispatcher.tools.support import run_tool, text_of
 
 
@@ -232,3 +233,51 @@ async def test_delete_escapes(
     with pytest.raises(WorkspaceEscapeError):
         await run_tool(DeleteFileTool, {"path": path}, ws_delete)
     assert (outside / "secret.txt").exists()
+
+
+# -- descriptor-based access ----------------------------------------------------------
+
+
+async def test_read_fifo_is_refused_without_blocking(root: Path, ws: WorkspaceFileAPI) -> None:
+    # A FIFO opened for reading waits for a writer: the tool must not.
+    os.mkfifo(root / "pipe")
+    with pytest.raises(ToolExecutionError, match="not a regular file"):
+        await run_tool(ReadFileTool, {"path": "pipe"}, ws)
+
+
+async def test_read_and_write_follow_links_that_stay_inside(
+    root: Path, ws: WorkspaceFileAPI
+) -> None:
+    (root / "real").mkdir()
+    (root / "real" / "a.txt").write_text("inside\n")
+    os.symlink("real", root / "alias")
+    out = await run_tool(ReadFileTool, {"path": "alias/a.txt"}, ws)
+    assert text_of(out) == "inside\n"
+    out = await run_tool(WriteFileTool, {"path": "alias/b.txt", "content": "new\n"}, ws)
+    assert out.metadata["created"] is True
+    assert (root / "real" / "b.txt").read_text() == "new\n"
+
+
+async def test_write_through_a_link_into_git_is_refused_at_the_write(
+    root: Path, ws: WorkspaceFileAPI
+) -> None:
+    (root / ".git").mkdir()
+    (root / ".git" / "config").write_text("[core]\n")
+    os.symlink(".git", root / "cfg")
+    # The tool refuses by name first ...
+    with pytest.raises(ToolPermissionDenied, match=r"\.git"):
+        await run_tool(WriteFileTool, {"path": "cfg/config", "content": "x"}, ws)
+    # ... and the write itself refuses what its walk reached, which is what
+    # holds when a link is swapped in after that first check.
+    with pytest.raises(ToolPermissionDenied, match=r"\.git"):
+        ws.write("cfg/config", "x", guard=git_guard("cfg/config"))
+    with pytest.raises(ToolPermissionDenied, match=r"\.git"):
+        ws.append("cfg/config", "x", guard=git_guard("cfg/config"))
+    assert (root / ".git" / "config").read_text() == "[core]\n"
+    ws.write("cfg_ok.txt", "x", guard=git_guard("cfg_ok.txt"))
+
+
+async def test_write_refuses_a_fifo_without_blocking(root: Path, ws: WorkspaceFileAPI) -> None:
+    os.mkfifo(root / "pipe")
+    with pytest.raises(ToolExecutionError, match="not a regular file"):
+        await run_tool(WriteFileTool, {"path": "pipe", "content": "x", "mode": "append"}, ws)

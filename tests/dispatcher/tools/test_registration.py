@@ -19,6 +19,7 @@ from dispatcher import (
     WorkspaceFileAPI,
     check_subset,
 )
+from dispatcher.sandbox import Sandbox, SandboxConfig, probe
 from dispatcher.tools import ShellTool, builtin_tool_factories
 from tests.dispatcher.support import RecordingPublisher
 
@@ -160,8 +161,13 @@ async def test_safe_shell_runs_without_confirmation_and_streams(tmp_path: Path) 
     dispatcher = ToolDispatcher(publisher)
     for factory in builtin_tool_factories():
         dispatcher.register(factory)
-    # confirm-sensitive: execute prompts, but a call the shell rates safe does not.
-    session = DispatchSession(session_id="s", workspace=WorkspaceFileAPI(root))
+    # confirm-sensitive: execute prompts, but a call the shell rates safe does
+    # not, provided it runs in the sandbox (unsandboxed, every command asks).
+    bwrap, why = probe()
+    if bwrap is None:
+        pytest.skip(why)
+    sandbox = Sandbox(SandboxConfig(bwrap), str(root))
+    session = DispatchSession(session_id="s", workspace=WorkspaceFileAPI(root), sandbox=sandbox)
     call = ToolUseBlock(id="tu_s", name="shell", input={"command": "echo a; sleep 0.1; echo b"})
     result = await dispatcher.dispatch(call, session, turn_id="t")
     assert not result.is_error

@@ -1,5 +1,6 @@
-"""The bubblewrap sandbox, for real: no writes outside the workspace, no
-network, no way to remount / read-write, and nothing outlives the call."""
+"""The shell tool in the session's bubblewrap sandbox (``context.sandbox``),
+for real: no writes outside the workspace, no network, no way to remount /
+read-write, and nothing outlives the call."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from dispatcher import ToolPermissionDenied, WorkspaceFileAPI
+from dispatcher import ToolExecutionError, WorkspaceFileAPI
+from dispatcher.sandbox import Sandbox, SandboxConfig, SandboxUnavailable, hidden_paths
 from dispatcher.tools import ShellTool
 from tests.dispatcher.tools.support import run_tool, text_of
 
@@ -22,7 +24,12 @@ pytestmark = pytest.mark.skipif(
     shutil.which("bwrap") is None,
     reason="bubblewrap (bwrap) is not installed; Debian package 'bubblewrap'",
 )
-SANDBOX = {"sandbox": True}
+
+
+def _box(ws: WorkspaceFileAPI, hidden: tuple[str, ...] = ()) -> Sandbox:
+    bwrap = shutil.which("bwrap")
+    assert bwrap is not None
+    return Sandbox(SandboxConfig(bwrap, hidden_paths(hidden)), ws.workspace_root)
 
 
 @pytest.fixture
@@ -56,7 +63,7 @@ async def listener() -> AsyncIterator[int]:
 
 async def test_workspace_is_writable(root: Path, ws: WorkspaceFileAPI) -> None:
     out = await run_tool(
-        ShellTool, {"command": "echo made > inside.txt && cat inside.txt"}, ws, options=SANDBOX
+        ShellTool, {"command": "echo made > inside.txt && cat inside.txt"}, ws, sandbox=_box(ws)
     )
     assert out.success and out.metadata["sandboxed"] is True
     assert out.metadata["background_killed"] is False
@@ -65,7 +72,7 @@ async def test_workspace_is_writable(root: Path, ws: WorkspaceFileAPI) -> None:
 
 async def test_write_outside_the_workspace_fails(ws: WorkspaceFileAPI, var_tmp_dir: Path) -> None:
     target = var_tmp_dir / "escaped.txt"
-    out = await run_tool(ShellTool, {"command": f"echo x > {target}"}, ws, options=SANDBOX)
+    out = await run_tool(ShellTool, {"command": f"echo x > {target}"}, ws, sandbox=_box(ws))
     assert not out.success
     assert "Read-only file system" in text_of(out)
     assert not target.exists()
@@ -77,7 +84,7 @@ async def test_write_outside_the_workspace_fails(ws: WorkspaceFileAPI, var_tmp_d
 async def test_tmp_is_private(ws: WorkspaceFileAPI, tmp_path: Path) -> None:
     probe = tmp_path / "outside-probe.txt"
     out = await run_tool(
-        ShellTool, {"command": f"echo x > {probe} && ls {tmp_path}"}, ws, options=SANDBOX
+        ShellTool, {"command": f"echo x > {probe} && ls {tmp_path}"}, ws, sandbox=_box(ws)
     )
     assert out.success  # /tmp is a fresh tmpfs: the write lands there...
     assert not probe.exists()  # ...and never on the host.
@@ -90,7 +97,7 @@ async def test_network_is_unreachable(ws: WorkspaceFileAPI, listener: int) -> No
     )
     control = await run_tool(ShellTool, {"command": f'python3 -c "{script}"'}, ws)
     assert control.success and "hello" in text_of(control)
-    out = await run_tool(ShellTool, {"command": f'python3 -c "{script}"'}, ws, options=SANDBOX)
+    out = await run_tool(ShellTool, {"command": f'python3 -c "{script}"'}, ws, sandbox=_box(ws))
     assert not out.success
     assert "hello" not in text_of(out)
     assert "Error" in text_of(out)  # ConnectionRefused / Network is unreachable
@@ -99,7 +106,7 @@ async def test_network_is_unreachable(ws: WorkspaceFileAPI, listener: int) -> No
 async def test_remount_read_write_fails(ws: WorkspaceFileAPI, var_tmp_dir: Path) -> None:
     target = var_tmp_dir / "after-remount.txt"
     command = f"mount -o remount,rw / ; echo status=$?; echo x > {target}"
-    out = await run_tool(ShellTool, {"command": command}, ws, options=SANDBOX)
+    out = await run_tool(ShellTool, {"command": command}, ws, sandbox=_box(ws))
     body = text_of(out)
     assert "status=0" not in body
     assert "permission denied" in body.lower()
@@ -108,7 +115,7 @@ async def test_remount_read_write_fails(ws: WorkspaceFileAPI, var_tmp_dir: Path)
 
 async def test_no_capabilities_inside(ws: WorkspaceFileAPI) -> None:
     out = await run_tool(
-        ShellTool, {"command": "grep -E '^Cap(Eff|Prm)' /proc/self/status"}, ws, options=SANDBOX
+        ShellTool, {"command": "grep -E '^Cap(Eff|Prm)' /proc/self/status"}, ws, sandbox=_box(ws)
     )
     lines = text_of(out).splitlines()[2:]
     assert lines and all(line.split()[1] == "0000000000000000" for line in lines)
@@ -139,21 +146,19 @@ async def test_daemonised_process_dies_with_the_sandbox(ws: WorkspaceFileAPI) ->
     for proc in survivors:
         proc.kill()  # started by this test; stopped by PID
     # Inside the sandbox it runs too, and is gone once the call returns.
-    out = await run_tool(ShellTool, {"command": command}, ws, options=SANDBOX)
+    out = await run_tool(ShellTool, {"command": command}, ws, sandbox=_box(ws))
     assert "daemon-running" in text_of(out)
     async with asyncio.timeout(10):
         while _daemons(marker):  # noqa: ASYNC110 - polls the process table
             await asyncio.sleep(0.05)
 
 
-async def test_missing_bwrap_fails_closed(
-    ws: WorkspaceFileAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    monkeypatch.setenv("PATH", str(bin_dir))
-    with pytest.raises(ToolPermissionDenied, match=r"bubblewrap \(bwrap\) is not installed"):
-        await run_tool(ShellTool, {"command": "echo hi"}, ws, options=SANDBOX)
+async def test_a_broken_sandbox_fails_closed(ws: WorkspaceFileAPI, root: Path) -> None:
+    # bwrap gone after start-up: the call fails, it never runs unsandboxed instead.
+    broken = Sandbox(SandboxConfig(str(root / "no-such-bwrap")), ws.workspace_root)
+    with pytest.raises(ToolExecutionError, match="could not start the command"):
+        await run_tool(ShellTool, {"command": "echo hi > ran.txt"}, ws, sandbox=broken)
+    assert not (root / "ran.txt").exists()
 
 
 def test_socket_module_is_real() -> None:
@@ -173,7 +178,7 @@ async def test_hidden_paths_are_unreadable_inside(
     lone_file.write_text("password hunter2")
     readable = var_tmp_dir / "plain.txt"
     readable.write_text("not secret")
-    options = {"sandbox": True, "sandbox_hide": [str(secrets_dir), str(lone_file)]}
+    hiding = _box(ws, (str(secrets_dir), str(lone_file)))
     out = await run_tool(
         ShellTool,
         {
@@ -181,20 +186,22 @@ async def test_hidden_paths_are_unreadable_inside(
             f"cat {readable}"
         },
         ws,
-        options=options,
+        sandbox=hiding,
     )
     text = text_of(out)
     assert "s3cret-token" not in text and "hunter2" not in text
     assert "not secret" in text  # everything else stays readable
-    # Without the option the same command does read them: the test can fail.
-    bare = await run_tool(ShellTool, {"command": f"cat {secrets_dir}/token"}, ws, options=SANDBOX)
+    # Without hiding them the same command does read them: the test can fail.
+    bare = await run_tool(ShellTool, {"command": f"cat {secrets_dir}/token"}, ws, sandbox=_box(ws))
     assert "s3cret-token" in text_of(bare)
 
 
-async def test_hiding_an_ancestor_of_the_workspace_keeps_the_workspace(
+def test_a_hidden_path_around_or_inside_the_workspace_is_refused(
     root: Path, ws: WorkspaceFileAPI
 ) -> None:
-    (root / "keep.txt").write_text("still here")
-    options = {"sandbox": True, "sandbox_hide": [str(root.parent)]}
-    out = await run_tool(ShellTool, {"command": "cat keep.txt"}, ws, options=options)
-    assert "still here" in text_of(out)
+    # Hiding it would hide the workspace, binding the workspace would expose
+    # it: no sandbox is built (sessions refuse such workspaces beforehand).
+    for hidden in (str(root.parent), str(root), str(root / "inner")):
+        (root / "inner").mkdir(exist_ok=True)
+        with pytest.raises(SandboxUnavailable, match="overlaps the hidden path"):
+            _box(ws, (hidden,))

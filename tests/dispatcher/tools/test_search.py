@@ -16,6 +16,7 @@ from dispatcher import (
     WorkspaceFileAPI,
 )
 from dispatcher.tools import GrepTool, SearchCodeTool
+from dispatcher.tools import grep as grep_module
 from tests.dispatcher.tools.support import make_context, run_tool, text_of
 
 # -- search_code ------------------------------------------------------------------
@@ -257,12 +258,15 @@ async def test_grep_escapes(root: Path, ws: WorkspaceFileAPI, outside: Path, pat
 
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_grep_many_files_and_long_names(
-    root: Path, ws: WorkspaceFileAPI, backend: str
+    root: Path, ws: WorkspaceFileAPI, backend: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _available(backend)
+    # rg/grep get open descriptors in chunks; small chunks here, so that the
+    # answer is shown to be stitched together across many runs, in order.
+    monkeypatch.setattr(grep_module, "MAX_FD_CHUNK", 100)
     long_dir = root / ("d" * 120)
     long_dir.mkdir()
-    for i in range(1200):  # more names than one rg/grep run takes (64 KiB of arguments)
+    for i in range(1200):
         (long_dir / f"{'f' * 60}{i:05d}.txt").write_text("x\n" if i % 100 else "hit\n")
     out = await run_tool(
         GrepTool, {"pattern": "hit", "max_results": 5000}, ws, options={"backend": backend}

@@ -3,11 +3,13 @@ safe/dev/dangerous classification table."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dispatcher import CallRating, ToolPermissionDenied
+from dispatcher import CallRating, ToolPermissionDenied, WorkspaceFileAPI
 from dispatcher.tools import ShellTool
 from dispatcher.tools.shell_rules import analyze, is_critical_path
 
@@ -130,6 +132,48 @@ EVASIONS = [
     "systemctl poweroff",
     "mkswap /dev/sdb2",
     "wipefs -a /dev/sda",
+    # brace and glob forms of rm -rf /
+    "rm -rf /{,}",
+    "rm -rf {/,}",
+    "rm -rf /{bin,etc}",
+    "rm -rf /[a-z]*",
+    "rm -rf /???",
+    "rm -r -f -- /",
+    # functions and aliases
+    "f(){ rm -rf /; }; f",
+    "function f { rm -rf /; }; f",
+    "f() ( sudo ls ); f",
+    "alias x='rm -rf /'; x",
+    "alias s=sudo; s ls",
+    # positional parameters and printf -v
+    'set -- rm -rf /; "$@"',
+    "set -- rm -rf /; $@",
+    "set -- -rf /; rm $@",
+    'set -e -- rm -rf /; "$@"',
+    "sh -c 'rm -rf \"$1\"' _ /",
+    "bash -c 'rm -rf $0' /",
+    "printf -v c rm; $c -rf /",
+    "printf -v c %s rm; $c -rf /",
+    "printf -v p sudo; $p ls",
+    'eval "$(echo rm -rf /)"',
+    # xargs, find -exec and parallel feeding a blocked command
+    "echo / | xargs rm -rf",
+    "xargs -I{} rm -rf {} <<< /",
+    "printf / | xargs -0 rm -rf",
+    "echo ls | xargs sudo",
+    "find / -maxdepth 0 -exec rm -rf {} +",
+    "find / -exec rm -rf {} \\;",
+    "find . -execdir sudo ls \\;",
+    "find . -ok sudo ls \\;",
+    "find / -delete",
+    "parallel rm -rf ::: /",
+    # process and command substitution
+    "cat <(rm -rf /)",
+    "diff <(sudo ls) x",
+    "ls > >(sudo tee x)",
+    "echo $(rm -rf /)",
+    "echo `sudo ls`",
+    "x=$(rm -rf /)",
     # cannot be parsed with confidence: refused rather than guessed
     "echo 'unterminated",
     'rm -rf "/',
@@ -171,6 +215,25 @@ NOT_BLOCKED = [
     "curl -o file.tar.gz http://x.invalid/f.tar.gz",
     "sudoku --help",
     "cat <<'EOF'\nrm -rf /\nEOF",
+    # look-alikes of the rewrites above
+    "rm -rf ./{build,dist}",
+    "rm -rf build/*",
+    "rm -rf /tmp/{a,b}",
+    "find . -name '*.pyc' -delete",
+    "find build -delete",
+    "find . -name __pycache__ -exec rm -rf {} +",
+    "echo build | xargs rm -rf",
+    "xargs -0 rm -f < list.txt",
+    "set -euo pipefail; ls",
+    'set -- a b; echo "$@"',
+    "printf -v x '%s' hello; echo $x",
+    "alias ll='ls -l'",
+    "f(){ ls; }; f",
+    "cat <(ls)",
+    "echo $(pwd)",
+    "sh -c 'rm -rf \"$1\"' _ build",
+    "echo '{/,}'",
+    "git commit -m 'rm -rf /{,}'",
 ]
 
 
@@ -191,13 +254,15 @@ CLASSIFICATION = [
     ("echo hello", "safe"),
     ("which python3", "safe"),
     ("python --version", "safe"),
-    ("git status", "safe"),
-    ("git log --oneline -5", "safe"),
-    ("git diff HEAD~1", "safe"),
-    ("git show HEAD", "safe"),
-    ("git branch", "safe"),
-    ("git branch -a", "safe"),
-    ("npm list", "safe"),
+    # git from the shell is dev, no longer safe: a workspace's .git/config can
+    # run programs (core.fsmonitor, pager, filters) from a plain `git status`.
+    ("git status", "dev"),
+    ("git log --oneline -5", "dev"),
+    ("git diff HEAD~1", "dev"),
+    ("git show HEAD", "dev"),
+    ("git branch", "dev"),
+    ("git branch -a", "dev"),
+    ("npm list", "dev"),  # reads the workspace's .npmrc; yarn runs its yarnPath
     ("pip list", "safe"),
     ("find . -name '*.py'", "safe"),
     ("ls | wc -l", "safe"),
@@ -274,13 +339,16 @@ def test_classification_table(command: str, expected: str) -> None:
     assert result.rating.value == expected
 
 
-def test_rate_hook_matches_the_rules() -> None:
+def test_rate_hook_matches_the_rules(tmp_path: Path) -> None:
     tool = ShellTool()
-    assert tool.rate({"command": "ls"}) is CallRating.SAFE
-    assert tool.rate({"command": "pytest"}) is CallRating.DEV
-    assert tool.rate({"command": "rm -rf ./build"}) is CallRating.DANGEROUS
+    ws = WorkspaceFileAPI(tmp_path)
+    assert tool.rate({"command": "ls"}, ws) is CallRating.SAFE
+    assert tool.rate({"command": "pytest"}, ws) is CallRating.DEV
+    assert tool.rate({"command": "rm -rf ./build"}, ws) is CallRating.DANGEROUS
+    # Any env entry: programs obey their environment.
+    assert tool.rate({"command": "ls", "env": {"LS_COLORS": "x"}}, ws) is CallRating.DEV
     with pytest.raises(ToolPermissionDenied, match="blocklist"):
-        tool.rate({"command": "rm -rf /"})
+        tool.rate({"command": "rm -rf /"}, ws)
 
 
 @pytest.mark.parametrize(

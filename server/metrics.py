@@ -1,0 +1,415 @@
+"""Prometheus metrics, built from the event stream (see server.observer).
+
+Each app has its own CollectorRegistry (never prometheus_client's global
+one), so several servers in one process (tests) do not share counters.
+Counters and histograms move as the observer reads events; gauges that are
+state rather than history (attached clients, running turns, the bus's
+counters, the log's size) are read at scrape time by ``_RuntimeCollector``,
+so they cost nothing between scrapes.
+
+Label values are bounded: tool names come from the registry, but a model may
+call a tool that does not exist, so past ``MAX_TOOL_LABELS`` distinct names
+(and for every ``not_found`` call) the tool label is ``_other``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import (
+    CollectorRegistry,
+    Histogram,
+    disable_created_metrics,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector
+
+from eventbus import EventBus
+from eventbus.record import EventRecord
+from server.observer import Load, event_time
+
+if TYPE_CHECKING:
+    from server.runtime import Runtime
+
+# No "<name>_created" series beside every counter and histogram: they double
+# the output and Prometheus does not use them from the text format.
+disable_created_metrics()  # type: ignore[no-untyped-call]
+
+PREFIX = "toolrelay_"
+MAX_TOOL_LABELS = 256
+OTHER = "_other"
+TURN_ENDS = {"turn.completed": "completed", "turn.failed": "failed", "turn.cancelled": "cancelled"}
+
+# Seconds. Tools range from a file read (ms) to a test suite (minutes); a turn
+# or a confirmation waits on people.
+TOOL_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 600)
+TURN_BUCKETS = (0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
+MODEL_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120)
+WAIT_BUCKETS = (0.1, 0.5, 1, 5, 10, 30, 60, 120, 300, 600, 1800)
+# The delivery lag is observed for one event in LAG_SAMPLE (by seq), and for
+# any event coming LAG_IDLE_S after the last observation: every event of a
+# quiet server, a sixteenth of a busy one's (enough for the distribution).
+LAG_SAMPLE = 16
+LAG_IDLE_S = 0.1
+LAG_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+
+@dataclass(slots=True)
+class _Turn:
+    started: float
+    source: str
+    # Start of the model call in progress (a message turn between its user or
+    # tool message and the assistant's reply), or None.
+    model_since: float | None = None
+
+
+class _Counters(Collector):
+    """Counters kept as plain numbers and exported at scrape time.
+
+    The observer is their only writer, on the event loop, and a scrape reads
+    them on the loop too; a prometheus_client Counter would take a lock and
+    look up its labels on every increment, which made up most of the
+    observer's cost per event."""
+
+    def __init__(self) -> None:
+        self._families: list[tuple[str, str, tuple[str, ...], dict[tuple[str, ...], float]]] = []
+
+    def family(self, name: str, help_: str, *labels: str) -> dict[tuple[str, ...], float]:
+        values: dict[tuple[str, ...], float] = {}
+        self._families.append((name, help_, labels, values))
+        return values
+
+    def collect(self) -> Iterator[Metric]:
+        for name, help_, labels, values in self._families:
+            family = CounterMetricFamily(name, help_, labels=labels)
+            for key, value in values.items():
+                family.add_metric(key, value)
+            yield family
+
+
+def _inc(values: dict[tuple[str, ...], float], *key: str) -> None:
+    values[key] = values.get(key, 0) + 1
+
+
+class Metrics:
+    """The metrics registry of one app, and the event handler that feeds it."""
+
+    types = frozenset(
+        {
+            "turn.started",
+            "turn.completed",
+            "turn.failed",
+            "turn.cancelled",
+            "message.completed",
+            "tool.completed",
+            "tool.failed",
+            "tool.input_invalid",
+            "tool.confirmation_requested",
+            "tool.confirmation_resolved",
+        }
+    )
+
+    def __init__(self, runtime: Runtime | None = None) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        p = PREFIX
+        counters = _Counters()
+        self.turns_started = counters.family(
+            p + "turns_started", "Turns started, by source (message or tool_uses).", "source"
+        )
+        self.turns = counters.family(
+            p + "turns", "Turns ended, by status (completed, failed, cancelled).", "status"
+        )
+        self.turn_failures = counters.family(
+            p + "turn_failures", "Failed turns, by reason (model_error, step_limit, ...).", "reason"
+        )
+        self.model_calls = counters.family(
+            p + "model_calls", "Model calls that returned an assistant message."
+        )
+        self.provider_errors = counters.family(
+            p + "provider_errors",
+            "Turns ended by a model or provider error, by provider, error kind and whether "
+            "the error was retryable (the adapter retried those before giving up).",
+            "provider",
+            "error_kind",
+            "retryable",
+        )
+        self.tool_calls = counters.family(
+            p + "tool_calls",
+            "Tool calls ended, by tool, outcome (completed, failed) and error class.",
+            "tool",
+            "outcome",
+            "error_class",
+        )
+        self.confirmations = counters.family(
+            p + "confirmations", "Confirmations resolved, by decision.", "decision"
+        )
+        self.events = counters.family(
+            p + "events_observed", "Events seen by the metrics observer, by type.", "type"
+        )
+        self.observer_resumes = counters.family(
+            p + "observer_resumes", "Times the observer fell behind and resumed from the log."
+        )
+        self.observer_gaps = counters.family(
+            p + "observer_gaps",
+            "Times the observer resumed past pruned events (their metrics are missing).",
+        )
+        r.register(counters)
+        self.turn_duration = Histogram(
+            p + "turn_duration_seconds",
+            "Turn duration from turn.started to its end.",
+            ["status"],
+            buckets=TURN_BUCKETS,
+            registry=r,
+        )
+        self.model_call_duration = Histogram(
+            p + "model_call_duration_seconds",
+            "Model call duration: from the message it answers to its reply.",
+            buckets=MODEL_BUCKETS,
+            registry=r,
+        )
+        self.tool_duration = Histogram(
+            p + "tool_duration_seconds",
+            "Tool call duration as the dispatcher measured it.",
+            ["tool", "outcome"],
+            buckets=TOOL_BUCKETS,
+            registry=r,
+        )
+        self.confirmation_wait = Histogram(
+            p + "confirmation_wait_seconds",
+            "Time from a confirmation request to its answer.",
+            ["decision"],
+            buckets=WAIT_BUCKETS,
+            registry=r,
+        )
+        self.event_lag = Histogram(
+            p + "event_delivery_lag_seconds",
+            f"Publish to delivery: from an event's ts to the observer receiving it (includes "
+            f"the commit to the log); under load sampled, one event in {LAG_SAMPLE}.",
+            buckets=LAG_BUCKETS,
+            registry=r,
+        )
+        self._runtime_collector = _RuntimeCollector(self, runtime) if runtime is not None else None
+        if self._runtime_collector is not None:
+            r.register(self._runtime_collector)
+        self._turns: dict[str, _Turn] = {}
+        self.pending: dict[str, float] = {}  # confirmation request_id -> requested at
+        self._tools: set[str] = set()
+        # Histogram children by label values: labels() takes a lock and validates.
+        self._tool_hist: dict[tuple[str, str], Any] = {}
+        self._lag_at = 0.0  # monotonic time of the last lag observation
+
+    # -- the hot path: every event ------------------------------------------------------
+
+    def count_event(self, record: EventRecord) -> None:
+        key = (record.type,)
+        events = self.events
+        events[key] = events.get(key, 0) + 1
+        now = time.monotonic()
+        if record.seq % LAG_SAMPLE == 0 or now - self._lag_at >= LAG_IDLE_S:
+            self._lag_at = now
+            self.event_lag.observe(max(0.0, time.time() - event_time(record.ts)))
+
+    # -- events -------------------------------------------------------------------------
+
+    def handle(self, record: EventRecord, load: Load) -> None:
+        type_ = record.type
+        turn_id = record.turn_id
+        if type_ == "tool.completed" or type_ == "tool.failed":
+            data = load(record)
+            error_class = str(data.get("error_class", "")) if type_ == "tool.failed" else ""
+            outcome = "completed" if type_ == "tool.completed" else "failed"
+            tool = self._tool_label(data.get("tool_name"), error_class)
+            _inc(self.tool_calls, tool, outcome, error_class)
+            duration = data.get("duration_ms")
+            if isinstance(duration, int | float):
+                hist = self._tool_hist.get((tool, outcome))
+                if hist is None:
+                    hist = self._tool_hist[tool, outcome] = self.tool_duration.labels(tool, outcome)
+                hist.observe(duration / 1000.0)
+        elif type_ == "message.completed":
+            turn = self._turns.get(turn_id or "")
+            if turn is not None and turn.source == "message":
+                self._message(turn, record, load(record))
+        elif type_ == "turn.started":
+            source = str(load(record).get("source") or "unknown")
+            _inc(self.turns_started, source)
+            if turn_id is not None:
+                self._turns[turn_id] = _Turn(event_time(record.ts), source)
+        elif type_ == "tool.input_invalid":
+            tool = self._tool_label(load(record).get("tool_name"), "")
+            _inc(self.tool_calls, tool, "failed", "validation_error")
+        elif type_ == "tool.confirmation_requested":
+            self.pending[str(load(record).get("request_id"))] = event_time(record.ts)
+        elif type_ == "tool.confirmation_resolved":
+            data = load(record)
+            decision = str(data.get("decision"))
+            _inc(self.confirmations, decision)
+            asked = self.pending.pop(str(data.get("request_id")), None)
+            if asked is not None:
+                wait = max(0.0, event_time(record.ts) - asked)
+                self.confirmation_wait.labels(decision).observe(wait)
+        else:
+            self._turn_ended(record, load)
+
+    def _message(self, turn: _Turn, record: EventRecord, data: dict[str, Any]) -> None:
+        message = data.get("message")
+        role = message.get("role") if isinstance(message, dict) else None
+        at = event_time(record.ts)
+        if role == "assistant":
+            _inc(self.model_calls)
+            if turn.model_since is not None:
+                self.model_call_duration.observe(max(0.0, at - turn.model_since))
+            turn.model_since = None
+        elif role in ("user", "tool"):
+            turn.model_since = at
+
+    def _turn_ended(self, record: EventRecord, load: Load) -> None:
+        status = TURN_ENDS.get(record.type)
+        if status is None:
+            return
+        _inc(self.turns, status)
+        turn = self._turns.pop(record.turn_id or "", None)
+        if turn is not None:
+            duration = max(0.0, event_time(record.ts) - turn.started)
+            self.turn_duration.labels(status).observe(duration)
+        if status == "failed":
+            data = load(record)  # only a failure's payload says anything more
+            reason = str(data.get("reason") or "unknown")
+            _inc(self.turn_failures, reason)
+            if reason == "model_error":
+                _inc(
+                    self.provider_errors,
+                    str(data.get("provider") or "unknown"),
+                    str(data.get("error_kind") or "unknown"),
+                    str(bool(data.get("retryable"))).lower(),
+                )
+
+    def _tool_label(self, name: Any, error_class: str) -> str:
+        if not isinstance(name, str) or not name or error_class == "not_found":
+            return OTHER
+        if name in self._tools:
+            return name
+        if len(self._tools) >= MAX_TOOL_LABELS:
+            return OTHER
+        self._tools.add(name)
+        return name
+
+    # -- scraping -----------------------------------------------------------------------
+
+    def attach(self, bus: EventBus) -> None:
+        """The bus whose counters a scrape reports (called once it started)."""
+        if self._runtime_collector is not None:
+            self._runtime_collector.bus = bus
+
+    async def refresh(self) -> None:
+        """Read what must come from the log (off the loop) before a scrape."""
+        if self._runtime_collector is not None:
+            await self._runtime_collector.refresh()
+
+    def render(self, accept: str | None = None) -> tuple[bytes, str]:
+        """The registry in the format ``accept`` prefers (Prometheus text by
+        default, OpenMetrics on request), and its content type."""
+        encoder, content_type = choose_encoder(accept or "")
+        return encoder(self.registry), content_type
+
+
+class _RuntimeCollector(Collector):
+    """State read at scrape time: the bus's counters, the log's size, presence."""
+
+    def __init__(self, metrics: Metrics, runtime: Runtime) -> None:
+        self.metrics = metrics
+        self.runtime = runtime
+        self.bus: EventBus | None = None  # set once the bus started
+        self._retained: int | None = None
+
+    async def refresh(self) -> None:
+        bus = self.bus
+        log = bus.log if bus is not None else None
+        if log is None or log.closed:
+            return
+
+        def retained() -> int:
+            # Two index look-ups; COUNT(*) would scan the whole table.
+            oldest = log.oldest_retained_seq()
+            return 0 if oldest is None else log.last_seq() - oldest + 1
+
+        try:
+            self._retained = await asyncio.to_thread(retained)
+        except Exception:
+            self._retained = None  # the log is failing: /healthz says why
+
+    def collect(self) -> Iterator[Metric]:
+        runtime = self.runtime
+        p = PREFIX
+        yield GaugeMetricFamily(
+            p + "confirmations_pending",
+            "Confirmation requests waiting for an answer.",
+            value=len(self.metrics.pending),
+        )
+        yield GaugeMetricFamily(
+            p + "clients_attached",
+            "Clients attached to event streams (presence).",
+            value=runtime.presence.count(),
+        )
+        bus = self.bus
+        if bus is None:
+            return
+        # The runtime made its session manager right after the bus.
+        yield GaugeMetricFamily(
+            p + "turns_running", "Turns running now.", value=runtime.sessions.running_count()
+        )
+        stats = bus.stats()
+        for name, help_, value in (
+            ("event_bus_published", "Events published since start.", stats.published),
+            ("event_bus_committed", "Events committed to the log since start.", stats.committed),
+            ("event_bus_delivered", "Events handed to subscribers (summed).", stats.delivered),
+            ("event_bus_commits", "Group commits to the log since start.", stats.batches),
+            (
+                "event_bus_subscribers_dropped",
+                "Subscribers cut off as too slow.",
+                stats.dropped_subscribers,
+            ),
+            ("event_bus_replay_records", "Events replayed from the log.", stats.replay_records),
+        ):
+            yield CounterMetricFamily(p + name, help_, value=value)
+        yield GaugeMetricFamily(
+            p + "event_bus_pending",
+            "Events published but not yet committed: the log's lag, in events.",
+            value=stats.pending,
+        )
+        yield GaugeMetricFamily(
+            p + "event_bus_subscribers", "Live bus subscriptions.", value=stats.subscribers
+        )
+        yield GaugeMetricFamily(
+            p + "event_bus_degraded",
+            "1 while a storage fault stops commits (the bus retries).",
+            value=0 if bus.fault is None else 1,
+        )
+        yield GaugeMetricFamily(
+            p + "event_log_last_seq", "The seq of the newest event published.", value=bus.last_seq
+        )
+        if self._retained is not None:
+            yield GaugeMetricFamily(
+                p + "event_log_events",
+                "Events the log holds (after pruning).",
+                value=self._retained,
+            )
+        log = bus.log
+        if log is not None and log.path != ":memory:":
+            size = 0
+            for suffix in ("", "-wal"):
+                with contextlib.suppress(OSError):  # no WAL right after a checkpoint
+                    size += os.stat(log.path + suffix).st_size
+            yield GaugeMetricFamily(
+                p + "event_log_bytes",
+                "Size of the event log's files (database and WAL).",
+                value=size,
+            )

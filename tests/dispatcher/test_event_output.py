@@ -1,0 +1,107 @@
+"""Events carry tool output up to a size; the tool_result keeps all of it."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import pytest
+
+from adapters.canonical import ImageBlock, SideEffects, TextBlock, ToolDefinition, ToolUseBlock
+from dispatcher import DispatchSession, ToolDispatcher
+from dispatcher.tool import ToolContext, ToolOutput
+from tests.dispatcher.support import EchoTool, RecordingPublisher, schema
+
+LIMIT = 4096
+
+
+class BigOutputTool:
+    """Streams one large chunk, then returns text and two images."""
+
+    definition = ToolDefinition(
+        name="big",
+        description="Large output.",
+        input_schema=schema({"text": {"type": "string"}}, ["text"]),
+        side_effects=SideEffects.NONE,
+    )
+
+    async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:
+        context.emit_output("stdout", input["text"])
+        small = base64.b64encode(b"\x89PNG" + b"\0" * 300).decode()
+        large = base64.b64encode(b"\x89PNG" + b"\0" * 30_000).decode()
+        return ToolOutput(
+            content=[
+                TextBlock(text=input["text"]),
+                ImageBlock(media_type="image/png", data=large),
+                ImageBlock(media_type="image/png", data=small),
+            ]
+        )
+
+    async def cancel(self) -> bool:
+        return False
+
+
+@pytest.fixture
+def small_events(publisher: RecordingPublisher) -> ToolDispatcher:
+    return ToolDispatcher(publisher, max_event_output_bytes=LIMIT)
+
+
+def _use(name: str, text: str) -> ToolUseBlock:
+    return ToolUseBlock(id="tu_big", name=name, input={"text": text})
+
+
+async def test_small_output_travels_whole_and_says_so(
+    small_events: ToolDispatcher, session: DispatchSession, publisher: RecordingPublisher
+) -> None:
+    small_events.register(EchoTool)
+    await small_events.dispatch(_use("echo", "héllo"), session, turn_id="t")
+    data = publisher.first("tool.completed").data
+    assert data["content"] == [{"type": "text", "text": "héllo"}]
+    assert data["truncated"] is False and data["output_bytes"] == 6
+
+
+async def test_large_output_is_cut_in_events_and_kept_whole_in_the_result(
+    small_events: ToolDispatcher, session: DispatchSession, publisher: RecordingPublisher
+) -> None:
+    small_events.register(BigOutputTool)
+    # Multi-byte characters and a lone surrogate (an undecodable file name).
+    text = ("é" * 3000) + "\udcff" + ("x" * 20_000)
+    result = await small_events.dispatch(_use("big", text), session, turn_id="t")
+    # The tool_result (what the model and the turn record get) is untouched.
+    assert not result.is_error
+    assert result.content[0] == TextBlock(text=text)
+    assert len(result.content) == 3
+
+    full = len(text.encode("utf-8", "surrogatepass"))
+    delta = publisher.first("tool.output_delta").data
+    assert delta["truncated"] is True and delta["output_bytes"] == full
+    assert text.startswith(delta["text"].split("\n[output truncated")[0])
+    assert len(delta["text"].encode()) < LIMIT + 200
+
+    data = publisher.first("tool.completed").data
+    large, small = (len(b.data) for b in result.content[1:] if isinstance(b, ImageBlock))
+    assert data["truncated"] is True and data["output_bytes"] == full + large + small
+    blocks = data["content"]
+    # The text was cut to the budget: nothing left for the large image.
+    assert blocks[0]["type"] == "text" and text.startswith(blocks[0]["text"])
+    assert len(blocks[0]["text"].encode("utf-8", "surrogatepass")) <= LIMIT
+    assert [b["type"] for b in blocks] == ["text", "text"]
+    note = blocks[-1]["text"]
+    assert f"of {full + large + small} bytes" in note and "2 image(s) left out" in note
+    assert "full result is in the conversation" in note
+
+
+async def test_images_that_fit_are_kept(
+    publisher: RecordingPublisher, session: DispatchSession
+) -> None:
+    dispatcher = ToolDispatcher(publisher, max_event_output_bytes=1024 * 1024)
+    dispatcher.register(BigOutputTool)
+    await dispatcher.dispatch(_use("big", "short"), session, turn_id="t")
+    data = publisher.first("tool.completed").data
+    assert data["truncated"] is False
+    assert [b["type"] for b in data["content"]] == ["text", "image", "image"]
+
+
+def test_the_limit_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="max_event_output_bytes"):
+        ToolDispatcher(max_event_output_bytes=0)

@@ -12,7 +12,6 @@ same provider, endpoint and credentials, and closes them all at shutdown.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Hashable
 from typing import Any, Protocol, TypeVar, runtime_checkable
@@ -48,65 +47,56 @@ class ProviderClients:
     """One SDK client per key (provider, base_url, credentials, timeout), built
     once in a worker thread and shared until :meth:`aclose`.
 
-    Concurrent first uses of a key wait for the same build. A build that fails
-    is not cached: the next use tries again. Keys hold credentials, so they are
-    never logged.
+    The build is the pool's own task: concurrent first uses wait for the same
+    one, and a caller cancelled meanwhile (its turn was) cancels only its wait.
+    A build that fails is not cached: the next use tries again. Keys hold
+    credentials, so they are never logged.
     """
 
     def __init__(self) -> None:
-        self._clients: dict[Hashable, asyncio.Future[Any]] = {}
+        self._builds: dict[Hashable, asyncio.Task[Any]] = {}
         self._closed = False
 
     def __len__(self) -> int:
-        return sum(1 for f in self._clients.values() if f.done() and not f.exception())
+        """How many clients are built and open."""
+        return sum(1 for t in self._builds.values() if _built(t))
 
     async def get(self, key: Hashable, build: Callable[[], T]) -> T:
         """The client for ``key``; ``build`` (blocking) runs in a worker thread
         the first time only."""
         if self._closed:
             raise RuntimeError("the provider client pool is closed")
-        future = self._clients.get(key)
-        if future is None:
-            future = asyncio.get_running_loop().create_future()
-            self._clients[key] = future
-            try:
-                client = await asyncio.to_thread(build)
-            except BaseException as exc:
-                del self._clients[key]
-                future.set_exception(exc)
-                # Waiters get the error; nobody else needs to retrieve it.
-                future.exception()
-                raise
-            future.set_result(client)
-            if self._closed:  # shut down while building: nobody will close it later
-                await close_quietly(client)
-                raise RuntimeError("the provider client pool is closed")
-            return client
-        # shield: one waiter being cancelled must not cancel the shared build.
-        result: T = await asyncio.shield(future)
-        return result
+        task = self._builds.get(key)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(asyncio.to_thread(build))
+            # Retrieved here too, in case every waiter was cancelled before it failed.
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+            self._builds[key] = task
+        try:
+            # shield: one waiter being cancelled must not cancel the shared build.
+            client: T = await asyncio.shield(task)
+        except Exception:
+            if self._builds.get(key) is task:
+                del self._builds[key]  # not cached: the next use builds again
+            raise
+        if self._closed:  # shut down while building: aclose() closes what was built
+            raise RuntimeError("the provider client pool is closed")
+        return client
 
     async def aclose(self) -> None:
-        """Close every client (bounded; errors are logged, not raised)."""
+        """Close every client, waiting for builds under way (bounded; errors are
+        logged, not raised)."""
         self._closed = True
-        futures, self._clients = list(self._clients.values()), {}
-        for future in futures:
-            if not future.done() or future.cancelled() or future.exception() is not None:
-                continue
-            client = future.result()
-            if not isinstance(client, ClosableClient):
-                continue
+        builds, self._builds = list(self._builds.values()), {}
+        for task in builds:
             try:
                 async with asyncio.timeout(CLOSE_TIMEOUT):
-                    await client.close()
+                    client = await asyncio.shield(task)
+                    if isinstance(client, ClosableClient):
+                        await client.close()
             except Exception as exc:  # one bad client must not keep the others open
                 log.warning("closing a provider client failed: %s", exc)
 
 
-async def close_quietly(client: ClosableClient | None) -> None:
-    """Close a client this code owns (bounded, never raises)."""
-    if client is None:
-        return
-    with contextlib.suppress(Exception):
-        async with asyncio.timeout(CLOSE_TIMEOUT):
-            await client.close()
+def _built(task: asyncio.Task[Any]) -> bool:
+    return task.done() and not task.cancelled() and task.exception() is None

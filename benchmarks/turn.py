@@ -171,6 +171,8 @@ class TurnResult:
     approvals: list[float]
     new_connections: int
     window: tuple[int, int]
+    accepted: float = 0.0  # POST /turns -> its 202 response
+    cpu: float = 0.0  # CPU ms of the server process and its live children (the log writer)
 
 
 @dataclass
@@ -210,11 +212,10 @@ async def run_turn(
     answers: set[asyncio.Task[Any]] = set()
     url = side.server.ws_url(f"/sessions/{session_id}/events", after=0)
     async with connect(url, compression=None, max_size=2**22) as ws:
-        t0 = time.monotonic_ns()
-        response = await http.post(f"/sessions/{session_id}/turns", json={"message": scenario})
-        assert response.status_code == 202, response.text
-        turn_id = response.json()["turn_id"]
-        async with asyncio.timeout(TURN_TIMEOUT):
+
+        async def read_events() -> int:
+            """Receive until the turn ends, answering confirmations at once; runs
+            beside the POST, so no event waits in the socket for its response."""
             while True:
                 raw = await ws.recv()
                 wall_ns, mono_ns = time.time_ns(), time.monotonic_ns()
@@ -226,19 +227,34 @@ async def run_turn(
                     asked[request_id] = mono_ns
                     path = f"/sessions/{session_id}/turns/{event['turn_id']}/confirmations"
                     answer = http.post(f"{path}/{request_id}", json={"decision": "allow"})
-                    task = asyncio.create_task(answer)
-                    answers.add(task)
+                    answers.add(asyncio.create_task(answer))
                 elif kind == "tool.confirmation_resolved":
                     request_id = event["data"]["request_id"]
                     approvals.append((mono_ns - asked[request_id]) / 1e6)
-                elif kind in ("turn.completed", "turn.failed") and event["turn_id"] == turn_id:
-                    t_end = mono_ns
+                elif kind in ("turn.completed", "turn.failed"):
+                    # A fresh session: its only turn is the one just started.
                     if kind == "turn.failed":
                         raise RuntimeError(f"{side.name}: turn failed: {event['data']}")
-                    break
-        for task in answers:
-            answered = await task
-            assert answered.status_code == 200, answered.text
+                    return mono_ns
+
+        cpu_before = side.server.cpu_seconds()
+        async with asyncio.timeout(TURN_TIMEOUT):
+            reader = asyncio.create_task(read_events())
+            t0 = time.monotonic_ns()
+            try:
+                response = await http.post(
+                    f"/sessions/{session_id}/turns", json={"message": scenario}
+                )
+                accepted = (time.monotonic_ns() - t0) / 1e6
+                assert response.status_code == 202, response.text
+                turn_id = response.json()["turn_id"]
+                t_end = await reader
+            finally:
+                reader.cancel()
+            for task in answers:
+                answered = await task
+                assert answered.status_code == 200, answered.text
+        cpu = (side.server.cpu_seconds() - cpu_before) * 1e3
     arrivals = (await model.get("/stats")).json()["arrivals"]
     after = sorted((t, port) for t, port in arrivals if t >= t0)
     ports = {port for _, port in after}
@@ -254,6 +270,8 @@ async def run_turn(
         approvals=approvals,
         new_connections=new,
         window=(t0, t_end),
+        accepted=accepted,
+        cpu=cpu,
     )
 
 
@@ -402,6 +420,14 @@ def _before_figures(
             baseline=_med([r.wall for r in before.results[scenario]]),
             baseline_name="before",
         )
+    for scenario in SCENARIOS:
+        section.add(
+            f"server CPU per {scenario} turn: this tree vs before (median)",
+            _med([r.cpu for r in ours_side.results[scenario]]),
+            "ms",
+            baseline=_med([r.cpu for r in before.results[scenario]]),
+            baseline_name="before",
+        )
     section.add(
         "first model request: this tree vs before (median)",
         _med([r.first_model_request for rs in ours_side.results.values() for r in rs]),
@@ -466,6 +492,14 @@ def _figures(section: Section, sides: list[Side], cold: list[dict[str, float]]) 
                 values.extend(v if isinstance(v, list) else [v])
         return values
 
+    for scenario in SCENARIOS:
+        section.add(
+            f"server CPU per turn, {labels[scenario]} (median)",
+            _med([r.cpu for r in ours_side.results[scenario]]),
+            "ms",
+            baseline=_med([r.cpu for r in floor_side.results[scenario]]),
+            baseline_name="floor",
+        )
     first_a, first_b = (
         all_of(ours_side, "first_model_request"),
         all_of(floor_side, "first_model_request"),
@@ -476,6 +510,13 @@ def _figures(section: Section, sides: list[Side], cold: list[dict[str, float]]) 
         "ms",
         target=Target.ratio_at_most(2),
         baseline=_med(first_b),
+        baseline_name="floor",
+    )
+    section.add(
+        "POST /turns -> 202 (median)",
+        _med(all_of(ours_side, "accepted")),
+        "ms",
+        baseline=_med(all_of(floor_side, "accepted")),
         baseline_name="floor",
     )
     lag_a, lag_b = all_of(ours_side, "lags"), all_of(floor_side, "lags")

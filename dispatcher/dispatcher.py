@@ -357,7 +357,9 @@ class ToolDispatcher:
             and entry.definition.side_effects is not SideEffects.READ
         )
         try:
-            preview = await ToolHooks.preview(entry.probe, tool_input, session.workspace)
+            preview = await ToolHooks.preview(
+                entry.probe, tool_input, session.workspace, sandbox=session.sandbox
+            )
         except ToolError as err:
             return ConfirmationPreview(
                 text=f"(no preview: {err.message})", projected_modifications=fallback_paths

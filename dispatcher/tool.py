@@ -24,10 +24,12 @@ before it builds the executing one (see ``ToolHooks``):
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from adapters.canonical import ImageBlock, TextBlock, ToolDefinition
@@ -161,10 +163,33 @@ class ToolHooks:
 
     @staticmethod
     async def preview(
-        tool: Tool, input: dict[str, Any], workspace: WorkspaceFileAPI
+        tool: Tool,
+        input: dict[str, Any],
+        workspace: WorkspaceFileAPI,
+        *,
+        sandbox: Sandbox | None = None,
     ) -> ConfirmationPreview | None:
+        """The tool's ``preview(input, workspace)``. A preview that starts a
+        process (apply_patch may run GNU patch) declares a ``sandbox`` keyword
+        and gets the session's sandbox (None when it is off), so that process
+        runs where the call's own would; previews without the keyword (plugins
+        written before it existed) are called as before."""
         preview = getattr(tool, "preview", None)
         if preview is None:
             return None
-        result: ConfirmationPreview = await preview(input, workspace)
+        try:
+            params = inspect.signature(preview).parameters
+        except (TypeError, ValueError):  # a callable without a readable signature
+            params = MappingProxyType({})
+        named = params.get("sandbox")
+        takes_sandbox = (
+            named is not None
+            and named.kind
+            in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        ) or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+        result: ConfirmationPreview
+        if takes_sandbox:
+            result = await preview(input, workspace, sandbox=sandbox)
+        else:
+            result = await preview(input, workspace)
         return result

@@ -43,6 +43,8 @@ DEBUG_ENV = "TOOLRELAY_EVENT_DEBUG"
 # What one replay page may hold (besides its count): a subscriber catching up
 # holds one page at a time, so this bounds its memory together with its queue.
 DEFAULT_REPLAY_PAGE_BYTES = 4 * 1024 * 1024
+# Fan-out chunks stop after this many bytes (besides their count): see _deliver.
+FANOUT_CHUNK_BYTES = 1024 * 1024
 # Backoff of the writer's retries through a storage fault, and how long it
 # keeps retrying once close() was called (a shutdown must end).
 RETRY_FIRST_S = 0.05
@@ -434,24 +436,33 @@ class EventBus:
         to the loop once so that subscriber can drain; one that still cannot
         take the chunk afterwards is too slow and is cut off. Without such a
         subscriber it does not yield: on a busy loop every yield costs a
-        whole iteration.
+        whole iteration. A chunk holds ``fanout_chunk`` events at most and
+        stops after FANOUT_CHUNK_BYTES, so that queues bounded in bytes get
+        the same chance to drain between chunks of large events.
         """
-        size = self._fanout_chunk
-        for start in range(0, len(batch), size):
-            chunk = batch[start : start + size]
-            if self._someone_full(chunk):
+        count = self._fanout_chunk
+        end = len(batch)
+        start = 0
+        while start < end:
+            stop = min(start + count, end)
+            size = 0
+            for i in range(start, stop):
+                size += len(batch[i].text)
+                if size >= FANOUT_CHUNK_BYTES:
+                    stop = i + 1
+                    break
+            chunk = batch[start:stop]
+            start = stop
+            if self._someone_full(chunk, size):
                 await asyncio.sleep(0)
-            self._fan_out(chunk)
+            self._fan_out(chunk, size)
             self._delivered_seq = chunk[-1].seq
         self._signal_progress()
 
-    def _someone_full(self, chunk: list[EventRecord]) -> bool:
+    def _someone_full(self, chunk: list[EventRecord], size: int) -> bool:
         # Counted over the whole chunk: an upper bound for session and filtered
         # subscribers, which take only part of it (at worst one needless yield).
         incoming = len(chunk)
-        size = 0
-        for record in chunk:
-            size += len(record.text)
         for sub in self._global_subs:
             if _would_overflow(sub, incoming, size):
                 return True
@@ -484,7 +495,8 @@ class EventBus:
         progress, self._progress = self._progress, asyncio.Event()
         progress.set()
 
-    def _fan_out(self, chunk: list[EventRecord]) -> None:
+    def _fan_out(self, chunk: list[EventRecord], size: int) -> None:
+        """Offer a chunk (``size``: its encoded bytes) to every subscriber."""
         if self._access is None:
             for record in chunk:
                 self._delivered_session[record.session_id] = record.session_seq
@@ -492,8 +504,9 @@ class EventBus:
         delivered = 0
         if self._global_subs:
             for sub in self._global_subs:
-                if sub._offer(chunk):
-                    delivered += len(chunk)
+                queued = sub._offer(chunk, size)
+                if queued >= 0:
+                    delivered += queued
                 else:
                     dropped.append(sub)
         if self._session_subs:
@@ -503,9 +516,11 @@ class EventBus:
                 if record.session_id in session_subs:
                     by_session.setdefault(record.session_id, []).append(record)
             for session_id, records in by_session.items():
+                part = size if len(records) == len(chunk) else _encoded_size(records)
                 for sub in session_subs[session_id]:
-                    if sub._offer(records):
-                        delivered += len(records)
+                    queued = sub._offer(records, part)
+                    if queued >= 0:
+                        delivered += queued
                     else:
                         dropped.append(sub)
         self._delivered += delivered
@@ -683,7 +698,16 @@ class EventBus:
         )
 
 
+def _encoded_size(records: list[EventRecord]) -> int:
+    # Envelopes are ASCII (eventbus.encoding): characters are bytes.
+    size = 0
+    for record in records:
+        size += len(record.text)
+    return size
+
+
 def _would_overflow(sub: Subscription, incoming: int, size: int) -> bool:
     if sub.queued + incoming > sub.max_queue:
         return True
-    return sub.max_bytes is not None and sub.queued_bytes + size > sub.max_bytes
+    # An empty queue takes any chunk (see Subscription._offer).
+    return sub.max_bytes is not None and sub.queued > 0 and sub.queued_bytes + size > sub.max_bytes

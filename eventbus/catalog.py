@@ -24,3 +24,8 @@ class EventType(StrEnum):
     TOOL_OUTPUT_DELTA = "tool.output_delta"
     TOOL_COMPLETED = "tool.completed"
     TOOL_FAILED = "tool.failed"
+    TOOLS_CHANGED = "tools.changed"
+    MEMORY_ADDED = "memory.added"
+    MEMORY_REPLACED = "memory.replaced"
+    MEMORY_DELETED = "memory.deleted"
+    MEMORY_CONSOLIDATED = "memory.consolidated"

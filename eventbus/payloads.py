@@ -257,6 +257,39 @@ class ToolFailed(Payload):
     partial_output: str | None
 
 
+
+class ToolsChanged(Payload):
+    """The tool list changed at run time (an MCP server's tools came or went);
+    ``added``/``removed`` are tool names, ``source`` says where the change came from."""
+
+    added: list[str]
+    removed: list[str]
+    source: str
+
+
+class MemoryChanged(Payload):
+    """A memory was added, replaced or deleted (by a tool or ``DELETE /memory``);
+    ``preview`` is the start of its content."""
+
+    memory_id: NonEmpty
+    workspace: str
+    owner: str
+    tags: list[str]
+    preview: str
+    previous_preview: str | None = None  # memory.replaced: the content before
+    deleted_by: str | None = None  # memory.deleted: "tool" or the token's name
+
+
+class MemoryConsolidated(Payload):
+    """memory_consolidate merged memories: per merge the kept id, the merged
+    (deleted) ids and why (``identical`` or ``near_duplicate``)."""
+
+    workspace: str
+    owner: str
+    merges: list[dict[str, Any]]
+    removed: int
+
+
 PAYLOAD_MODELS: Mapping[EventType, type[Payload]] = {
     EventType.SESSION_CREATED: SessionCreated,
     EventType.SESSION_DELETED: SessionDeleted,
@@ -275,6 +308,11 @@ PAYLOAD_MODELS: Mapping[EventType, type[Payload]] = {
     EventType.TOOL_OUTPUT_DELTA: ToolOutputDelta,
     EventType.TOOL_COMPLETED: ToolCompleted,
     EventType.TOOL_FAILED: ToolFailed,
+    EventType.TOOLS_CHANGED: ToolsChanged,
+    EventType.MEMORY_ADDED: MemoryChanged,
+    EventType.MEMORY_REPLACED: MemoryChanged,
+    EventType.MEMORY_DELETED: MemoryChanged,
+    EventType.MEMORY_CONSOLIDATED: MemoryConsolidated,
 }
 
 

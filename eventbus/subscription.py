@@ -125,20 +125,28 @@ class Subscription:
 
     # -- called by the bus (on the event loop) -------------------------------------------
 
-    def _offer(self, records: list[EventRecord]) -> bool:
-        """Queue freshly committed records; False if this subscriber is cut off now."""
+    def _offer(self, records: list[EventRecord], size: int) -> int:
+        """Queue freshly committed records (``size``: their encoded bytes, summed
+        once by the bus for every subscriber); how many were queued, or -1 if
+        this subscriber is cut off now."""
         if self._finished:
-            return True
+            return 0
         visible = self.visible
+        incoming = size
         if visible is not None:
             records = [r for r in records if visible(r.session_id)]
             if not records:
-                return True
-        incoming = 0
-        for record in records:
-            incoming += len(record.text)
+                return 0
+            incoming = 0
+            for record in records:
+                incoming += len(record.text)
+        # An empty queue takes any chunk, however large its events: a consumer
+        # that keeps up is never cut off for the size of one chunk (the bus
+        # keeps chunks to about a MiB; see EventBus._deliver).
         if len(self._live) + len(records) > self.max_queue or (
-            self.max_bytes is not None and self._live_bytes + incoming > self.max_bytes
+            self.max_bytes is not None
+            and self._live
+            and self._live_bytes + incoming > self.max_bytes
         ):
             if not self._tolerant:
                 self._finish(
@@ -148,7 +156,7 @@ class Subscription:
                         max_queue=self.max_queue,
                     )
                 )
-                return False
+                return -1
             # The log holds all of these: drop them and read it again.
             self._live.clear()
             self._live_bytes = 0
@@ -157,7 +165,7 @@ class Subscription:
         self._live.extend(records)
         self._live_bytes += incoming
         self._wake()
-        return True
+        return len(records)
 
     def _finish(self, end: BaseException | None) -> None:
         """No more live records; iteration ends with ``end`` (None: plain stop)."""

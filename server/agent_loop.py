@@ -213,11 +213,12 @@ class _Turn:
         """Loop until the model stops asking for tools; ``conversation`` includes
         the user's new message."""
         ctx = self.ctx
-        tools = ctx.dispatcher.definitions_for(ctx.dispatch_session)
         while self.steps < self.max_steps:
             if ctx.cancel_requested.is_set():
                 return self.outcome()
             self.steps += 1
+            # Read per model call: the list may change mid-turn (MCP list_changed).
+            tools = ctx.dispatcher.definitions_for(ctx.dispatch_session)
             request = ModelRequest(
                 system=self.system, messages=conversation, tools=tools, settings=self.settings
             )

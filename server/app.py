@@ -12,13 +12,17 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Route
 
 from server.auth import TokenRegistry
 from server.config import Config
 from server.errors import ApiError, error_body
+from server.mcp_endpoint import PATH as MCP_PATH
+from server.mcp_endpoint import McpEndpoint
 from server.middleware import AuthMiddleware, BodyLimit, too_large_body
 from server.responses import AsciiJSONResponse
-from server.routes import metrics, sessions, streams, system, turns
+from server.routes import docs, mcp, metrics, sessions, streams, system, turns
+from server.routes import memory as memory_routes
 from server.runtime import Runtime
 from server.schemas import INPUT_LIMITS
 from server.turns import TurnRunner
@@ -43,6 +47,7 @@ def create_app(
 
         message_runner_factory = agent_loop_factory
     runtime = Runtime(config, tokens, message_runner_factory=message_runner_factory)
+    mcp_endpoint = McpEndpoint(runtime)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -52,7 +57,8 @@ def create_app(
             await runtime.stop()
             raise
         try:
-            yield
+            async with mcp_endpoint.run():  # the MCP endpoint's session manager
+                yield
         finally:
             await runtime.stop()
 
@@ -62,6 +68,8 @@ def create_app(
         description="Async multi-client agent server: sessions, turns, confirmations, events.",
         lifespan=lifespan,
         redoc_url=None,
+        # Our own /docs page (server/routes/docs.py): works offline, no CDN.
+        docs_url=None,
         # Not the default renderer: it fails on lone surrogates (see server.responses).
         default_response_class=AsciiJSONResponse,
     )
@@ -69,6 +77,14 @@ def create_app(
     for router in (sessions.router, turns.router, streams.router, system.router):
         app.include_router(router)
     app.include_router(metrics.router)
+    app.include_router(docs.router)
+    app.include_router(memory_routes.router)  # GET /memory, DELETE /memory/{id}
+    # MCP: GET /mcp-servers, and toolrelay as an MCP server (server/mcp_endpoint.py).
+    app.include_router(mcp.router)
+    app.router.routes.append(
+        Route(MCP_PATH, mcp_endpoint, methods=["GET", "POST", "DELETE"], include_in_schema=False)
+    )
+    docs.install_openapi(app)
     app.mount(
         "/dashboard/static",
         StaticFiles(directory=system.DASHBOARD_DIR, check_dir=False),
@@ -78,6 +94,8 @@ def create_app(
     # Starlette wraps in reverse order: the body limit sees requests after authentication.
     app.add_middleware(BodyLimit, max_body_bytes=config.server.max_body_bytes)
     app.add_middleware(AuthMiddleware, tokens=lambda: runtime.tokens)
+    # Outermost: a path no route serves is 404 for everyone, before authentication.
+    app.add_middleware(docs.UnknownPathGuard, routes=lambda: app.router.routes)
     return app
 
 

@@ -49,6 +49,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(args_list)
     if args.command == "serve":
         return serve(args)
+    if args.command == "mcp":
+        from server import mcp_bridge
+
+        return mcp_bridge.run(args)
     parser.print_help()
     return EXIT_CONFIG
 
@@ -80,6 +84,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     # Listed for --help only: main() hands "tui ..." to clients.tui before parsing.
     sub.add_parser("tui", help="attach the terminal UI to a running server (see: tui --help)")
+    from server import mcp_bridge
+
+    mcp_bridge.add_arguments(sub)  # toolrelay mcp serve|list
     return parser
 
 

@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from dispatcher.mcp.config import McpServerConfig, check_server_name
 from dispatcher.policy import PolicyConfig
 
 DEFAULT_HOST = "127.0.0.1"
@@ -250,6 +251,15 @@ class Config(_Section):
     plugins: PluginsSection = Field(default_factory=PluginsSection)
     events: EventsSection = Field(default_factory=EventsSection)
     model: ModelSection = Field(default_factory=ModelSection)
+    # MCP servers whose tools join every session as mcp_{server}_{tool} (specs/mcp.md).
+    mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _mcp_names(cls, value: dict[str, McpServerConfig]) -> dict[str, McpServerConfig]:
+        for name in value:
+            check_server_name(name)
+        return value
     # Absolute paths of the files this configuration was read from: secrets
     # live there (tokens), so no workspace may contain them and no sandbox
     # may see them. Set by load_config.

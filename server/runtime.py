@@ -26,13 +26,17 @@ from dispatcher import (
     ToolDispatcher,
     load_plugins,
 )
+from dispatcher.mcp import McpManager
+from dispatcher.memory_store import MemoryStore
 from dispatcher.reaper import child_reaper
 from dispatcher.sandbox import SandboxConfig, SandboxUnavailable, configure
-from dispatcher.tools import builtin_tool_factories
+from dispatcher.tools import builtin_tool_factories, knowledge_tool_factories
 from dispatcher.tools.shell import MAX_TIMEOUT as SHELL_MAX_TIMEOUT
 from eventbus import EventBus, EventBusError, EventLog
 from server.auth import TOKEN_FILE, TokenRegistry
 from server.config import Config, ConfigError
+from server.mcp_wiring import start_mcp
+from server.memory_service import MEMORY_FILE
 from server.observer import Observer
 from server.presence import Presence
 from server.sessions import SHELL_TOOLS, SessionManager
@@ -69,11 +73,15 @@ class Runtime:
         self.sandbox_reason: str = "not started"
         self._message_runner_factory = message_runner_factory
         self._store: Store | None = None
+        # Memories of every workspace and user (server/memory_service.py).
+        self.memory_store: MemoryStore | None = None
         self._log: EventLog | None = None
         self._bus: EventBus | None = None
         self._dispatcher: ToolDispatcher | None = None
         self._sessions: SessionManager | None = None
         self._pruner: asyncio.Task[None] | None = None
+        # MCP servers' connections (server/mcp_wiring.py); None without mcp_servers.
+        self.mcp: McpManager | None = None
         self._message_runner: TurnRunner | None = None
         self.stopping = False
         self._started = False
@@ -114,6 +122,7 @@ class Runtime:
         await self._start_sandbox()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._store = Store.open(self.data_dir / STATE_FILE)
+        self.memory_store = MemoryStore.open(self.data_dir / MEMORY_FILE)
         self._log = await asyncio.to_thread(EventLog.open, self.data_dir / EVENTS_FILE)
         queue = cfg.events.subscriber_queue
         self._bus = EventBus(
@@ -149,6 +158,8 @@ class Runtime:
             wait_durable=self._bus.flush,
             storage_fault=self.storage_fault,
         )
+        self._sessions.memory_store = self.memory_store
+        self.mcp = await start_mcp(self)
         log_file = self._log
         recovered = await self._sessions.recover(
             lambda turn_ids: asyncio.to_thread(log_file.turn_ends, turn_ids)
@@ -203,7 +214,7 @@ class Runtime:
         factories = builtin_tool_factories(
             shell_enabled=cfg.workspaces.shell.enabled,
             delete_enabled=cfg.workspaces.allow_delete,
-        )
+        ) + knowledge_tool_factories(memory_enabled=True)
         for factory in factories:
             definition = dispatcher.register(factory, timeout=cfg.dispatcher.tool_timeout)
             timeout = self._timeout_for(definition.name)
@@ -257,6 +268,8 @@ class Runtime:
                 await self._pruner
         if self._sessions is not None:
             await self._sessions.shutdown(budget=SHUTDOWN_TOOL_BUDGET)
+        if self.mcp is not None:
+            await self.mcp.stop()  # after the turns: their MCP calls ended first
         if (close_runner := getattr(self._message_runner, "aclose", None)) is not None:
             await close_runner()  # the provider clients and their connections
         if self._bus is not None:
@@ -266,6 +279,8 @@ class Runtime:
             await asyncio.to_thread(self._log.close)
         if self._store is not None:
             self._store.close()
+        if self.memory_store is not None:
+            self.memory_store.close()
 
     def storage_fault(self) -> str | None:
         """What fails the data dir's storage now (the event log's writes or the

@@ -22,9 +22,10 @@ from pydantic import ValidationError
 
 from adapters.canonical import Message, ToolDefinition
 from adapters.errors import AdapterConfigError
-from adapters.registry import parse_model
+from adapters.registry import parse_model, process_environment
 from adapters.scripted_script import load_script
 from dispatcher import DispatchSession, PolicyConfig, RulePolicy, ToolDispatcher, WorkspaceFileAPI
+from dispatcher.memory_store import MemoryStore
 from dispatcher.policy import loosened_calls
 from dispatcher.publisher import EventPublisher
 from dispatcher.sandbox import Sandbox, SandboxConfig, SandboxUnavailable
@@ -38,6 +39,7 @@ from server.errors import (
     NotImplementedYet,
     StorageUnavailable,
 )
+from server.memory_service import memory_tool_options
 from server.roots import is_within, protected_overlap, real
 from server.store import (
     MessageRecord,
@@ -94,6 +96,8 @@ class SessionManager:
         self._wait_durable = wait_durable
         # What fails the storage now (None: healthy); new work is refused then.
         self._storage_fault = storage_fault
+        # The memory tools' store (set by the Runtime; None: no memory tools).
+        self.memory_store: MemoryStore | None = None
         self.config = config
         self.store = store
         self.dispatcher = dispatcher
@@ -135,6 +139,12 @@ class SessionManager:
                 # Stored resolved: each turn re-reads exactly this path, never
                 # following a link (see adapters/scripted_script.py).
                 model = f"scripted:{real_script}"
+            missing = _missing_provider_setting(provider)
+            if missing:
+                raise InvalidRequest(
+                    f"model {model!r} cannot be used: {missing} is not configured on the server",
+                    field="model",
+                )
         overrides = dict(policy or {})
         effective = self._effective_policy(overrides)  # reject bad overrides before storing
         if overrides and not principal.is_admin:
@@ -185,7 +195,27 @@ class SessionManager:
             raise InvalidRequest(
                 f"workspace {workspace!r} cannot be used: {problem}", field="workspace"
             )
+        self._check_hidden(workspace, root)
         return root
+
+    def _check_hidden(self, workspace: str, root: str) -> None:
+        """InvalidRequest naming the path when real directory ``root`` is,
+        contains or lies inside a path the sandbox hides (the runtime's list:
+        data dir, config files, ``workspaces.shell.sandbox_hide`` folders such
+        as ~/.ssh). No sandbox could run there without exposing it, so the
+        client hears it now rather than as a 409 at first use. The rule is the
+        sandbox's own (building one raises), so the two never disagree. With
+        the sandbox off nothing is hidden and nothing is refused here."""
+        if self.sandbox_config is None:
+            return
+        try:
+            Sandbox(self.sandbox_config, root)
+        except SandboxUnavailable as exc:
+            raise InvalidRequest(
+                f"workspace {workspace!r} cannot be used: {exc} "
+                "(see workspaces.shell.sandbox_hide)",
+                field="workspace",
+            ) from None
 
     def _check_roots(self, workspace: str, root: str, principal: Principal) -> None:
         """Forbidden unless real path ``root`` lies in the caller's roots: its
@@ -304,13 +334,33 @@ class SessionManager:
             self._request_cancel(active, principal.client_name, "session deleted")
             await self._wait_for(active, None)
         self.store.delete_session(session_id)
-        self._dispatch_sessions.pop(session_id, None)
+        dispatch = self._dispatch_sessions.pop(session_id, None)
+        if dispatch is not None:
+            await self._release(dispatch)
         self.publisher.publish(
             "session.deleted",
             {"reason": "deleted", "deleted_by": principal.client_name},
             session_id=session_id,
         )
         return record
+
+    async def _release(self, session: DispatchSession) -> None:
+        """Close a deleted session's workspace root descriptor, once no call of
+        it uses that descriptor any more: calls outside a turn (an MCP
+        ``tools/call``) are cancelled first. Closing under a running call would
+        be worse than a leak: the number could be reused by another open
+        directory and the call's walks would start there. So a call that
+        outlives the cancel grace keeps it, and the workspace's finalizer
+        closes it when the last reference goes."""
+        sid = session.session_id
+        if self.dispatcher.in_flight(sid):
+            await self.dispatcher.cancel_session_tools(sid)
+        if self.dispatcher.in_flight(sid):
+            log.warning(
+                "session %s deleted with a call still running; its workspace stays open", sid
+            )
+            return
+        session.workspace.close()
 
     def to_json(self, record: SessionRecord) -> dict[str, Any]:
         active = self._active.get(record.id)
@@ -359,7 +409,16 @@ class SessionManager:
                 policy=RulePolicy(self._effective_policy(record.policy_overrides)),
                 max_concurrency=cfg.dispatcher.max_concurrency,
                 confirmation_timeout=cfg.confirmation_timeout,
-                tool_options={name: shell_options for name in SHELL_TOOLS},
+                tool_options={
+                    **{name: shell_options for name in SHELL_TOOLS},
+                    **memory_tool_options(
+                        self.memory_store,
+                        session_id=record.id,
+                        workspace=workspace.workspace_root,
+                        owner=record.owner,
+                        publisher=self.publisher,
+                    ),
+                },
                 sandbox=sandbox,
             )
             self._dispatch_sessions[record.id] = session
@@ -594,7 +653,12 @@ class SessionManager:
                 await self._wait_durable()
             await self._storage_retry(
                 lambda: self.store.finish_turn(
-                    ctx.turn_id, status=status, reason=reason, results=results, usage=usage
+                    ctx.turn_id,
+                    status=status,
+                    reason=reason,
+                    results=results,
+                    usage=usage,
+                    message=data.get("message") if status == "failed" else None,
                 )
             )
         except Exception as exc:
@@ -679,25 +743,28 @@ class SessionManager:
                 continue
             end = json.loads(text)
             status: TurnStatus = end["type"].removeprefix("turn.")
+            end_data = end.get("data", {})
             ended = self.store.finish_turn(
-                turn.id, status=status, reason=end.get("data", {}).get("reason")
+                turn.id,
+                status=status,
+                reason=end_data.get("reason"),
+                message=end_data.get("message") if status == "failed" else None,
             )
             if ended is not None:
                 recovered.append(ended)
         for turn in to_fail:
             self.publisher.publish(
                 "turn.failed",
-                {
-                    "reason": "server_restart",
-                    "message": "the server stopped unexpectedly while the turn was running",
-                },
+                {"reason": "server_restart", "message": RESTART_MESSAGE},
                 session_id=turn.session_id,
                 turn_id=turn.id,
             )
         if to_fail and self._wait_durable is not None:
             await self._wait_durable()
         for turn in to_fail:
-            ended = self.store.finish_turn(turn.id, status="failed", reason="server_restart")
+            ended = self.store.finish_turn(
+                turn.id, status="failed", reason="server_restart", message=RESTART_MESSAGE
+            )
             if ended is not None:
                 recovered.append(ended)
         return recovered
@@ -725,3 +792,25 @@ class SessionManager:
             Message(role="tool", content=list(results)).model_dump(mode="json"),
             turn_id=turn_id,
         )
+
+
+RESTART_MESSAGE = "the server stopped unexpectedly while the turn was running"
+
+# What each provider needs from the server's environment (as captured at
+# start-up: keys are removed from os.environ then, see adapters/registry.py).
+_PROVIDER_SETTINGS = {
+    "anthropic": ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"),
+    "openai": ("OPENAI_API_KEY",),
+    "openai-compatible": ("OPENAI_BASE_URL",),
+}
+
+
+def _missing_provider_setting(provider: str) -> str | None:
+    """The variable(s) a provider needs and the server lacks, or None."""
+    names = _PROVIDER_SETTINGS.get(provider)
+    if not names:
+        return None
+    env = process_environment()
+    if any(env.get(name) for name in names):
+        return None
+    return " or ".join(names)

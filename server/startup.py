@@ -38,7 +38,10 @@ def bind_listener(host: str, port: int) -> socket.socket:
 
     Raises StartupError naming the address (e.g. the port is in use)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on accepted sockets whose
+    # proto says TCP. Without it Nagle holds each small write (a WebSocket event,
+    # a response body) until the peer's delayed ACK, ~40 ms (issue 16).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         # As uvicorn does: a restart may rebind while old connections sit in TIME_WAIT.
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -42,6 +42,7 @@ CREATE TABLE IF NOT EXISTS turns (
     kind TEXT NOT NULL,
     status TEXT NOT NULL,
     reason TEXT,
+    message TEXT,
     request TEXT NOT NULL,
     results TEXT,
     usage TEXT,
@@ -103,6 +104,8 @@ class TurnRecord:
     request: dict[str, Any]
     created_by: str
     reason: str | None = None
+    # A failed turn's message, as its turn.failed event said it.
+    message: str | None = None
     results: list[dict[str, Any]] | None = None
     usage: dict[str, Any] | None = None
     created_at: str = field(default_factory=now_rfc3339)
@@ -116,6 +119,7 @@ class TurnRecord:
             "kind": self.kind,
             "status": self.status,
             "reason": self.reason,
+            "message": self.message,
             "request": self.request,
             "results": self.results,
             "usage": self.usage,
@@ -207,6 +211,10 @@ class Store:
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=ON")
             conn.executescript(_SCHEMA)
+            # A state database from before turns kept their failure message.
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(turns)")}
+            if "message" not in columns:
+                conn.execute("ALTER TABLE turns ADD COLUMN message TEXT")
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the state database {path}: {exc}") from exc
         return cls(conn)
@@ -319,13 +327,23 @@ class Store:
         reason: str | None = None,
         results: list[dict[str, Any]] | None = None,
         usage: dict[str, Any] | None = None,
+        message: str | None = None,
     ) -> TurnRecord | None:
         """Record how a running turn ended; None if it was not running (already ended)."""
         with self._writing():
             cur = self._conn.execute(
-                "UPDATE turns SET status = ?, reason = ?, results = COALESCE(?, results),"
-                " usage = COALESCE(?, usage), finished_at = ? WHERE id = ? AND status = 'running'",
-                (status, reason, _dump_opt(results), _dump_opt(usage), now_rfc3339(), turn_id),
+                "UPDATE turns SET status = ?, reason = ?, message = ?,"
+                " results = COALESCE(?, results), usage = COALESCE(?, usage), finished_at = ?"
+                " WHERE id = ? AND status = 'running'",
+                (
+                    status,
+                    reason,
+                    message,
+                    _dump_opt(results),
+                    _dump_opt(usage),
+                    now_rfc3339(),
+                    turn_id,
+                ),
             )
         if cur.rowcount == 0:
             return None
@@ -353,7 +371,7 @@ class Store:
     def get_turn(self, turn_id: str, *, session_id: str | None = None) -> TurnRecord | None:
         row = self._conn.execute(
             "SELECT id, session_id, number, kind, status, reason, request, results, usage,"
-            " created_by, created_at, finished_at FROM turns WHERE id = ?",
+            " created_by, created_at, finished_at, message FROM turns WHERE id = ?",
             (turn_id,),
         ).fetchone()
         if row is None:
@@ -366,7 +384,7 @@ class Store:
     def list_turns(self, session_id: str) -> list[TurnRecord]:
         rows = self._conn.execute(
             "SELECT id, session_id, number, kind, status, reason, request, results, usage,"
-            " created_by, created_at, finished_at FROM turns WHERE session_id = ?"
+            " created_by, created_at, finished_at, message FROM turns WHERE session_id = ?"
             " ORDER BY number",
             (session_id,),
         ).fetchall()
@@ -375,7 +393,7 @@ class Store:
     def running_turns(self) -> list[TurnRecord]:
         rows = self._conn.execute(
             "SELECT id, session_id, number, kind, status, reason, request, results, usage,"
-            " created_by, created_at, finished_at FROM turns WHERE status = 'running'"
+            " created_by, created_at, finished_at, message FROM turns WHERE status = 'running'"
             " ORDER BY created_at",
         ).fetchall()
         return [_turn(r) for r in rows]
@@ -448,4 +466,5 @@ def _turn(row: tuple[Any, ...]) -> TurnRecord:
         created_by=row[9],
         created_at=row[10],
         finished_at=row[11],
+        message=row[12],
     )

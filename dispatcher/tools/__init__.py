@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dispatcher.tool import ToolFactory
 from dispatcher.tools.apply_patch import ApplyPatchTool
+from dispatcher.tools.code import CODE_TOOLS
 from dispatcher.tools.files import DeleteFileTool, PatchFileTool, ReadFileTool, WriteFileTool
 from dispatcher.tools.git_tools import (
     GitBranchTool,
@@ -19,6 +20,8 @@ from dispatcher.tools.git_tools import (
 )
 from dispatcher.tools.grep import GrepTool
 from dispatcher.tools.listing import FindFilesTool, ListDirTool
+from dispatcher.tools.memory import MEMORY_TOOLS
+from dispatcher.tools.retrieve_doc import RetrieveDocTool
 from dispatcher.tools.search_code import SearchCodeTool
 from dispatcher.tools.shell import RunCommandTool, ShellTool
 
@@ -54,6 +57,15 @@ def builtin_tool_factories(
     return factories
 
 
+def knowledge_tool_factories(*, memory_enabled: bool = True) -> list[ToolFactory]:
+    """The code-intelligence tools, retrieve_doc and (when the server has a
+    memory store) the memory tools; registered beside the built-in set."""
+    factories: list[ToolFactory] = [*CODE_TOOLS, RetrieveDocTool]
+    if memory_enabled:
+        factories.extend(MEMORY_TOOLS)
+    return factories
+
+
 __all__ = [
     "ApplyPatchTool",
     "DeleteFileTool",
@@ -72,4 +84,5 @@ __all__ = [
     "ShellTool",
     "WriteFileTool",
     "builtin_tool_factories",
+    "knowledge_tool_factories",
 ]

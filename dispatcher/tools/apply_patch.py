@@ -101,11 +101,18 @@ class ApplyPatchTool:
         return False
 
     async def preview(
-        self, input: dict[str, Any], workspace: WorkspaceFileAPI
+        self,
+        input: dict[str, Any],
+        workspace: WorkspaceFileAPI,
+        *,
+        sandbox: Sandbox | None = None,
     ) -> ConfirmationPreview:
+        """The diff the call would make. ``sandbox`` (the session's, from the
+        dispatcher): GNU patch, should the built-in applier fail, runs there
+        as it would for the call itself, never on the host when it is on."""
         files = parse_unified_diff(input["patch"], default_path=input.get("path"))
         targets = _targets(workspace, files, input.get("path"))
-        plan = await _plan(workspace, targets)
+        plan = await _plan(workspace, targets, sandbox)
         diffs = [_file_change_diff(t.rel, plan.before[t.rel], plan.after[t.rel]) for t in targets]
         return ConfirmationPreview(
             text="".join(diffs),

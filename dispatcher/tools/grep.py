@@ -21,7 +21,9 @@ name to the very file already open, so a process that swaps a file or folder
 for a symbolic link after the walk changes nothing about what is read. When
 the session has a sandbox, rg/grep also run inside it with only the system
 folders and the read-only workspace visible (``host_view="system"``): a
-second wall, should anything ever reach them by name.
+second wall, should anything ever reach them by name. Either way each run is
+its own process group guarded by the child reaper (process.guarded_exec), so
+a ``kill -9`` of the server mid-search leaves no rg/grep behind.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from dispatcher.tools.common import (
     object_schema,
     path_property,
 )
+from dispatcher.tools.process import guarded_exec
 from dispatcher.tools.search_files import (
     DEFAULT_MAX_FILE_BYTES,
     DEFAULT_MAX_FILES,
@@ -296,8 +299,10 @@ class GrepTool:
         return kept
 
     async def _run(self, argv: list[str], pass_fds: Sequence[int]) -> bytes:
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
+        # guarded_exec: its own process group, guarded by the child reaper,
+        # so a kill -9 of the server mid-search leaves no rg/grep behind.
+        async with guarded_exec(
+            argv,
             # No workspace name is needed (files come as descriptors); "/"
             # keeps the program's cwd from depending on one.
             cwd="/",
@@ -306,22 +311,21 @@ class GrepTool:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             env={"PATH": os.environ.get("PATH", os.defpath), "LC_ALL": "C.UTF-8"},
-            start_new_session=True,
-        )
-        self._proc = proc
-        try:
-            async with asyncio.timeout(BACKEND_TIMEOUT):
-                out, err = await proc.communicate()
-        except TimeoutError:
-            raise ToolExecutionError(
-                f"{argv[0]} did not finish within {BACKEND_TIMEOUT:g} s"
-            ) from None
-        finally:
-            if proc.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
-                await proc.wait()
-            self._proc = None
+        ) as proc:
+            self._proc = proc
+            try:
+                async with asyncio.timeout(BACKEND_TIMEOUT):
+                    out, err = await proc.communicate()
+            except TimeoutError:
+                raise ToolExecutionError(
+                    f"{argv[0]} did not finish within {BACKEND_TIMEOUT:g} s"
+                ) from None
+            finally:
+                if proc.returncode is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        proc.kill()
+                    await proc.wait()
+                self._proc = None
         if proc.returncode not in (0, 1):
             # Status 2 with output: some file vanished or was unreadable; the
             # rest of the answer still holds (Python skips such files too).

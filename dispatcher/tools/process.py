@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import contextlib
 import os
 import signal
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from dispatcher.reaper import child_reaper
 from dispatcher.tool import OutputSink
@@ -288,6 +290,33 @@ class ProcessRunner:
             rest = decoder.decode(b"", final=True)
             if rest and self.streamed < self.stream_limit:
                 self.emit(name, rest)
+
+
+@contextlib.asynccontextmanager
+async def guarded_exec(
+    argv: Sequence[str], *, env: Mapping[str, str], **kwargs: Any
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """``asyncio.create_subprocess_exec`` for a child that must die with the
+    server, for callers that need what ProcessRunner does not offer (a stdin
+    pipe, ``pass_fds``, their own reading of stdout): grep's rg/grep and
+    search_code's regex worker.
+
+    As ProcessRunner does: the child starts its own session (its pid is its
+    group id), carries the reaper's marker in its environment and its group
+    is tracked while the block runs. On leaving the block whatever is left of
+    the group is killed and the group untracked, so a reused id is never hit.
+    Spawns on the calling (event-loop) thread, as bubblewrap's
+    ``--die-with-parent`` needs. ``kwargs`` go to create_subprocess_exec."""
+    reaper = child_reaper()
+    proc = await asyncio.create_subprocess_exec(
+        *argv, env=reaper.environment(env), start_new_session=True, **kwargs
+    )
+    reaper.track(proc.pid)
+    try:
+        yield proc
+    finally:
+        _signal_group(proc.pid, signal.SIGKILL)
+        reaper.untrack(proc.pid)
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> bool:

@@ -12,6 +12,8 @@ worker's stdin, so a symbolic link swapped in after the walk cannot make
 the search read outside the workspace. When the session has a sandbox the
 worker runs in it as well (system view plus the Python installation it
 needs, workspace read-only), as every process started for a workspace does.
+Either way it is its own process group guarded by the child reaper
+(process.guarded_exec): a ``kill -9`` of the server ends it too.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from dispatcher.tools.common import (
     object_schema,
     path_property,
 )
+from dispatcher.tools.process import guarded_exec
 from dispatcher.tools.search_files import (
     DEFAULT_MAX_FILE_BYTES,
     DEFAULT_MAX_FILES,
@@ -225,16 +228,32 @@ class SearchCodeTool:
             argv = sandboxed_reader(
                 context.sandbox, argv, [PYTHON, sys.base_prefix, sys.base_exec_prefix]
             )
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
+        # guarded_exec: its own process group, guarded by the child reaper,
+        # so a kill -9 of the server mid-search leaves no worker behind.
+        async with guarded_exec(
+            argv,
             cwd="/",
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             env={"PATH": os.defpath, "LC_ALL": "C.UTF-8"},
-            start_new_session=True,
             limit=16 * 1024 * 1024,
-        )
+        ) as proc:
+            return await self._drive_worker(
+                proc, job, files, pending, progress, file_timeout, context
+            )
+
+    async def _drive_worker(
+        self,
+        proc: asyncio.subprocess.Process,
+        job: dict[str, Any],
+        files: list[Candidate],
+        pending: list[tuple[int, Candidate]],
+        progress: _Progress,
+        file_timeout: float,
+        context: ToolContext,
+    ) -> int | None:
+        """Feed the worker and collect its answers (see _run_worker)."""
         self._proc = proc
         assert proc.stdin is not None and proc.stdout is not None
         current: int | None = None

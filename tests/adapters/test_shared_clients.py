@@ -68,6 +68,27 @@ async def test_one_build_per_key_even_when_asked_at_once() -> None:
         await pool.get("k", build)
 
 
+async def test_a_cancelled_first_caller_does_not_cancel_the_build() -> None:
+    pool = ProviderClients()
+    started, release = threading.Event(), threading.Event()
+
+    def build() -> _Closable:
+        started.set()
+        release.wait(5)
+        return _Closable()
+
+    first = asyncio.create_task(pool.get("k", build))
+    second = asyncio.create_task(pool.get("k", build))
+    await asyncio.to_thread(started.wait, 5)
+    first.cancel()  # its turn was cancelled while the client was being built
+    release.set()
+    client = await second
+    assert first.cancelled()
+    assert await pool.get("k", build) is client
+    await pool.aclose()
+    assert client.closed
+
+
 async def test_a_failed_build_is_not_cached() -> None:
     pool = ProviderClients()
     attempts = 0

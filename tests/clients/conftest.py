@@ -9,10 +9,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.async_api import Browser, async_playwright
 
 from clients.sdk import ToolrelayClient
 from tests.harness import ServerProcess, server_factory  # noqa: F401
 
+# Debian's chromium, driven by Playwright (no browser download).
+CHROMIUM = Path("/usr/bin/chromium")
+HAVE_CHROMIUM = CHROMIUM.exists()
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 WRITE_A = {"id": "tu1", "name": "write_file", "input": {"path": "a.txt", "content": "hi"}}
 
 
@@ -80,3 +92,18 @@ async def eventually(
 async def own_sdk(own_server: ServerProcess) -> AsyncIterator[ToolrelayClient]:
     async with ToolrelayClient(own_server.base_url, own_server.token, "sdk-test") as client:
         yield client
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    """Headless Chromium for the dashboard and /docs tests."""
+    if not HAVE_CHROMIUM:
+        pytest.skip("needs Debian's chromium at /usr/bin/chromium")
+    async with async_playwright() as playwright:
+        launched = await playwright.chromium.launch(
+            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
+        )
+        try:
+            yield launched
+        finally:
+            await launched.close()

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.async_api import Browser, Page, WebSocketRoute, async_playwright, expect
+from playwright.async_api import Browser, Page, WebSocketRoute, expect
 
 from clients.sdk import (
     AnyEvent,
@@ -24,19 +23,10 @@ from clients.sdk import (
 )
 from clients.tui.app import ToolrelayTUI
 from clients.tui.widgets import ConfirmationScreen
-from tests.clients.conftest import WRITE_A, eventually
+from tests.clients.conftest import CHROMIUM, WRITE_A, eventually
 from tests.clients.test_tui_live import FAST_RECONNECT, SIZE, tool_entry, until
 from tests.harness import REPO_ROOT, ServerProcess
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 ARTIFACTS = REPO_ROOT / "test-artifacts"
 WAIT_MS = 15_000
 
@@ -46,18 +36,6 @@ pytestmark = [
         not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium"
     ),
 ]
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    async with async_playwright() as playwright:
-        launched = await playwright.chromium.launch(
-            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
-        )
-        try:
-            yield launched
-        finally:
-            await launched.close()
 
 
 class Dashboard:
@@ -283,7 +261,8 @@ async def test_dashboard_resumes_after_server_restart_without_gaps(
     # A second write after the restart shows up live; allow it for the session.
     second = {**WRITE_A, "id": "tu2", "input": {"path": "b.txt", "content": "again"}}
     await sdk.send_tool_uses(session.id, [second])
-    card = board.card().nth(1)
+    await expect(board.card()).to_have_count(2, timeout=WAIT_MS)
+    card = board.card().first  # waiting cards come before resolved ones
     await card.locator("button[data-decision=allow][data-scope=session]").click(timeout=WAIT_MS)
     await expect(board.call_row("tu2")).to_have_attribute(
         "data-status", "completed", timeout=WAIT_MS

@@ -22,7 +22,6 @@ from tests.clients.test_dashboard_browser import (
     ARTIFACTS,
     WAIT_MS,
     Dashboard,
-    browser,  # noqa: F401 (fixture)
 )
 from tests.harness import ServerProcess
 
@@ -51,6 +50,7 @@ async def shot(board: Dashboard, name: str, width: int) -> Path:
 async def test_dashboard_drives_a_whole_session(
     server: ServerProcess, sdk: ToolrelayClient, workspace: Path, browser: Browser, width: int
 ) -> None:
+    real_workspace = str(workspace.resolve())  # noqa: ASYNC240 (tmp dir, instant)
     board = await Dashboard.open(browser, server, f"web-{width}", width=width, height=800)
     page = board.page
     await assert_fits(board, "signed in")
@@ -65,7 +65,7 @@ async def test_dashboard_drives_a_whole_session(
     await page.locator("#new-session-form button[type=submit]").click()
     await expect(page.locator("#session-title")).to_have_text(f"notes at {width}", timeout=WAIT_MS)
     await expect(page.locator("#session-model")).to_have_text("scripted")
-    await expect(page.locator("#session-workspace")).to_have_text(str(workspace.resolve()))
+    await expect(page.locator("#session-workspace")).to_have_text(real_workspace)
     item = page.locator(".session-item[aria-current=true]")
     await expect(item.locator(".session-name")).to_have_text(f"notes at {width}")
     await expect(item.locator(".session-model")).to_have_text("scripted")
@@ -86,7 +86,8 @@ async def test_dashboard_drives_a_whole_session(
     banner = page.locator("#pending-banner")
     await expect(banner).to_be_visible()
     await page.evaluate("window.scrollTo(0, document.body.scrollHeight)")
-    assert (await banner.bounding_box() or {}).get("y", 99) <= 1
+    box = await banner.bounding_box()
+    assert box is not None and box["y"] <= 1, box  # stuck to the top of the viewport
     await assert_fits(board, "confirmation pending")
     await shot(board, "1-pending", width)
     await page.locator("#pending-review").focus()

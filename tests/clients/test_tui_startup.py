@@ -62,7 +62,9 @@ async def test_wrong_token_is_one_line_and_exit_2(server: ServerProcess) -> None
 
 
 async def test_unknown_session_is_one_line_and_exit_2(server: ServerProcess) -> None:
-    code, err = await run_tui(*tui_command(server.base_url, "--session", "ses_nope"), token=server.token)
+    code, err = await run_tui(
+        *tui_command(server.base_url, "--session", "ses_nope"), token=server.token
+    )
     assert code == 2
     assert "no session ses_nope" in one_line(err)
 
@@ -134,9 +136,13 @@ async def test_tui_in_tmux_shows_why_a_turn_failed(
     screen = await asyncio.to_thread(tmux.wait_for, "cannot read script")
     assert "failed: model_error: model call 1 failed" in screen, screen
 
-    # The SDK raises the same reason and message.
+    # The turn record keeps the reason and message; the SDK raises them.
     turns = await sdk._get_json(f"/sessions/{session.id}/turns")
-    turn_id = turns["turns"][-1]["id"]
+    record = turns["turns"][-1]
+    turn_id = record["id"]
+    assert record["status"] == "failed" and record["reason"] == "model_error"
+    assert "cannot read script" in record["message"]
+    assert (await sdk.get_turn(session.id, turn_id)).message == record["message"]
     with pytest.raises(TurnFailedError) as caught:
         await sdk.wait_for_turn(session.id, turn_id, within=20, raise_on_failure=True)
     assert caught.value.reason == "model_error"

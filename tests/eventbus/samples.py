@@ -78,4 +78,5 @@ SAMPLES: dict[EventType, dict[str, Any]] = {
         "duration_ms": 812.0,
         "partial_output": "added 3 pack",
     },
+    EventType.TOOLS_CHANGED: {"added": ["mcp_files_read"], "removed": [], "source": "mcp:files"},
 }

@@ -169,3 +169,24 @@ async def test_a_filtered_subscriber_queues_only_what_it_may_see() -> None:
         (record,) = await take(sub, 1)
         assert (record.session_id, record.seq) == ("ses_mine", 201)
         assert sub.last_cursor == 201
+
+
+@pytest.mark.parametrize("log_mode", ["process", "none"], indirect=True)
+async def test_a_reader_that_keeps_up_is_not_cut_off_by_a_burst_of_large_events(
+    log_mode: str, mode_log: EventLog | None
+) -> None:
+    # One batch of events, each far larger than a tenth of the byte budget: the
+    # bus hands them over a chunk (about a MiB) at a time and lets the reader
+    # drain in between, so a reader that keeps up is never cut off.
+    budget = 256 * 1024
+    async with running_bus(mode_log, max_queue_bytes=budget) as bus:
+        reader = await bus.subscribe()
+        stuck = await bus.subscribe()
+        task = asyncio.create_task(take(reader, 60))
+        for i in range(60):
+            bus.publish("message.delta", {"text": f"{i:02d}" + "z" * 100_000}, session_id="s")
+        await bus.flush()
+        got = await task
+        assert cursors(got, per_session=False) == list(range(1, 61))
+        assert not reader.closed and stuck.closed  # the one that never read was cut
+        assert bus.stats().dropped_subscribers == 1

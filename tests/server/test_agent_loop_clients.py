@@ -19,7 +19,9 @@ from adapters.registry import create_adapter
 from dispatcher import DispatchSession, ToolDispatcher, WorkspaceFileAPI
 from dispatcher.tools import ReadFileTool
 from server.agent_loop import AgentLoop
-from server.config import Config
+from server.app import create_app
+from server.auth import TokenRegistry
+from server.config import Config, load_config
 from server.store import SessionRecord, Store, TurnRecord
 from server.turns import TurnContext
 from tests.adapters.helpers import CountingProvider
@@ -144,3 +146,36 @@ async def test_a_closed_pool_fails_the_turn_as_a_model_error(rig: Rig) -> None:
     assert outcome.failure is not None
     assert outcome.failure.reason == "model_error"
     assert "provider client" in outcome.failure.message
+
+
+async def test_the_runtime_builds_the_client_at_start_and_closes_it_at_stop(
+    tmp_path: Path, provider: CountingProvider
+) -> None:
+    config = load_config(
+        None,
+        env={"TOOLRELAY_TOKEN": "t" * 24},
+        overrides={
+            "server.data_dir": str(tmp_path / "data"),
+            "server.port": 0,
+            "model.default": MODELS["openai"],
+        },
+    )
+    made: list[AgentLoop] = []
+
+    def factory(runtime: Any) -> AgentLoop:
+        loop = AgentLoop(runtime.config, runtime.store, env=provider.env(api_key="dummy"))
+        made.append(loop)
+        return loop
+
+    app = create_app(config, TokenRegistry(config.auth.tokens), message_runner_factory=factory)
+    runtime = app.state.runtime
+    await runtime.start()
+    try:
+        (loop,) = made
+        assert len(loop.clients) == 1  # built during start-up, before any turn
+        client = next(iter(loop.clients._builds.values())).result()
+        assert not client.is_closed()
+    finally:
+        await runtime.stop()
+    assert client.is_closed()
+    assert provider.requests == []

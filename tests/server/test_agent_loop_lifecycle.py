@@ -102,22 +102,19 @@ async def test_a_bad_model_string_is_refused_at_session_creation(
     assert "gemini/pro" in error["message"] and "anthropic/<model>" in error["message"]
 
 
-async def test_a_provider_without_its_key_fails_the_turn_clearly(
+async def test_a_provider_without_its_key_is_refused_at_creation(
     scripted_server: ServerProcess, workspace: Path
 ) -> None:
-    srv = scripted_server
-    async with srv.client("alice") as http:
-        sid = await new_session(http, workspace, model="anthropic/claude-nokey")
-        async with await Stream.open(srv.ws_url(f"/sessions/{sid}/events", after=0)) as stream:
-            tid = await message_turn(http, sid, "hello")
-            failed = await stream.until("turn.failed")
-        turn = await wait_turn(http, sid, tid)
-        messages = (await http.get(f"/sessions/{sid}/messages")).json()["messages"]
-    assert failed["data"]["reason"] == "model_error"
-    assert failed["data"]["error_kind"] == "config"
-    assert "ANTHROPIC_API_KEY" in failed["data"]["message"]
-    assert turn["status"] == "failed" and turn["reason"] == "model_error"
-    assert [m["role"] for m in messages] == ["user"], "the user's message is kept"
+    """Session creation checks what it can: a model whose provider has no key
+    configured is a 422 naming the missing variable, not a later failed turn."""
+    async with scripted_server.client("alice") as http:
+        response = await http.post(
+            "/sessions", json={"workspace": str(workspace), "model": "anthropic/claude-nokey"}
+        )
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["field"] == "model"
+    assert "ANTHROPIC_API_KEY" in error["message"] and "anthropic/claude-nokey" in error["message"]
 
 
 # -- configuration and the step limit -------------------------------------------------------

@@ -1,0 +1,402 @@
+"""McpManager: one supervised connection per configured MCP server.
+
+Each connection runs in its own task: connect (stdio in the sandbox, or
+streamable HTTP), list the tools, register those the subset can express as
+``mcp_{server}_{tool}``, then wait. A ``notifications/tools/list_changed``
+re-lists and re-syncs the registry; a connection that ends (the process
+died, a call saw the connection close) is retried with exponential backoff.
+Tools stay registered while their server restarts: a call meanwhile fails
+at once with ``execution_error`` naming the state, and a restart that
+changes nothing causes no ``tools.changed``.
+
+We connect with the initialize handshake (``mode="legacy"``): every server
+speaks it, and it carries the two notifications the contract names,
+``notifications/tools/list_changed`` and ``notifications/cancelled``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import mcp_types as types
+from mcp import Client, MCPError, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+from adapters.canonical import ToolDefinition
+from dispatcher.errors import ToolError, ToolExecutionError, ToolRegistrationError
+from dispatcher.mcp.config import McpServerConfig
+from dispatcher.mcp.schema import SchemaNotExpressible, translate_schema
+from dispatcher.mcp.tool import McpTool, OutputValidator
+from dispatcher.sandbox import Sandbox, SandboxConfig
+
+if TYPE_CHECKING:
+    from dispatcher.dispatcher import ToolDispatcher
+
+log = logging.getLogger("toolrelay.mcp")
+
+State = Literal["connecting", "ready", "failed", "stopped"]
+ToolsChanged = Callable[[list[str], list[str], str], None]
+"""Called with (added, removed, source) once per change of the registry."""
+
+MAX_TOOL_NAME = 64
+LIST_PAGES = 100  # bound on tools/list pagination
+WATCH_INTERVAL = 0.25  # how often an idle connection is checked for a closed transport
+
+
+def tool_name(server: str, tool: str) -> str:
+    """``mcp_{server}_{tool}`` with characters models refuse replaced by ``_``."""
+    return f"mcp_{server}_{re.sub(r'[^A-Za-z0-9_-]', '_', tool)}"
+
+
+@dataclass(slots=True)
+class McpServerState:
+    """What ``GET /mcp-servers`` shows of one server."""
+
+    name: str
+    transport: str
+    state: State = "connecting"
+    error: str | None = None
+    tools: list[str] = field(default_factory=list)
+    # Tools that were not registered, each with the reason (construct and pointer).
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    restarts: int = 0
+    next_retry_s: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "name": self.name,
+            "transport": self.transport,
+            "state": self.state,
+            "tools": list(self.tools),
+            "skipped": list(self.skipped),
+            "restarts": self.restarts,
+        }
+        if self.error is not None:
+            body["error"] = self.error
+        if self.next_retry_s is not None:
+            body["next_retry_s"] = round(self.next_retry_s, 3)
+        return body
+
+
+class McpConnection:
+    """One MCP server: its supervised connection and the tools it registered."""
+
+    def __init__(self, name: str, config: McpServerConfig, manager: McpManager) -> None:
+        self.name = name
+        self.config = config
+        self.manager = manager
+        self.status = McpServerState(name=name, transport=config.transport)
+        self.client: Client | None = None
+        # Our tool name -> (MCP tool name, the tool as the server listed it).
+        self.registered: dict[str, tuple[str, types.Tool]] = {}
+        self._dead = asyncio.Event()
+        self._relist = asyncio.Event()
+        self._stopping = False
+        self._private_dir: str | None = None
+        self.task: asyncio.Task[None] | None = None
+
+    # -- used by McpTool --------------------------------------------------
+
+    def ready_client(self) -> Client:
+        if self.client is None or self.status.state != "ready":
+            why = f": {self.status.error}" if self.status.error else ""
+            raise ToolExecutionError(
+                f"MCP server {self.name!r} is not connected (state {self.status.state}{why})"
+            )
+        return self.client
+
+    def call_failed(self, exc: BaseException) -> ToolError:
+        """The error a failed call ends with; a closed connection also starts a restart."""
+        if isinstance(exc, MCPError) and exc.code != types.CONNECTION_CLOSED:
+            return ToolExecutionError(f"MCP server {self.name!r} answered with an error: {exc}")
+        self._dead.set()
+        detail = str(exc) or type(exc).__name__
+        return ToolExecutionError(
+            f"MCP server {self.name!r} stopped answering during the call ({detail}); "
+            "it is being restarted"
+        )
+
+    # -- supervision ------------------------------------------------------
+
+    async def run(self) -> None:
+        failures = 0
+        first = True
+        while not self._stopping:
+            if not first:
+                self.status.restarts += 1
+            first = False
+            self.status.state = "connecting"
+            self.status.next_retry_s = None
+            started = time.monotonic()
+            try:
+                await self._session()
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:  # an ExceptionGroup from the SDK's task groups
+                self.status.error = _describe(exc)
+                log.warning("MCP server %s: %s", self.name, self.status.error)
+            finally:
+                self.client = None
+            if self._stopping:
+                break
+            if time.monotonic() - started >= self.manager.stable_after:
+                failures = 0  # it ran well for a while: start the backoff over
+            delay = min(self.manager.backoff_base * (2**failures), self.manager.backoff_max)
+            failures += 1
+            self.status.state = "failed"
+            self.status.next_retry_s = delay
+            if self.status.error is None:
+                self.status.error = "the connection ended"
+            await asyncio.sleep(delay)
+        self.status.state = "stopped"
+
+    async def _session(self) -> None:
+        self._dead.clear()
+        self._relist.clear()
+        cfg = self.config
+        async with contextlib.AsyncExitStack() as stack:
+            transport: Any
+            if cfg.command is not None:
+                transport = self._stdio_parameters()
+            else:
+                assert cfg.url is not None
+                http = await stack.enter_async_context(
+                    create_mcp_http_client(headers=dict(cfg.headers))
+                )
+                transport = streamable_http_client(cfg.url, http_client=http)
+            client = Client(
+                transport,
+                mode="legacy",
+                message_handler=self._on_message,
+                cache=None,
+                client_info=types.Implementation(name="toolrelay", version="0.1.0"),
+            )
+            async with asyncio.timeout(cfg.connect_timeout):
+                await stack.enter_async_context(client)
+                tools = await self._list(client)
+            self.client = client
+            self.manager.sync_tools(self, tools)
+            self.status.state = "ready"
+            self.status.error = None
+            log.info("MCP server %s: ready with %d tool(s)", self.name, len(self.registered))
+            while not self._dead.is_set():
+                if self._relist.is_set():
+                    self._relist.clear()
+                    async with asyncio.timeout(cfg.connect_timeout):
+                        tools = await self._list(client)
+                    self.manager.sync_tools(self, tools)
+                    continue
+                # The SDK offers no "closed" signal: look at its dispatcher's flag,
+                # so an idle server that exits is noticed without a call failing.
+                dispatcher = getattr(client.session, "_dispatcher", None)
+                if getattr(dispatcher, "_closed", False):
+                    break
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(WATCH_INTERVAL):
+                        await _first(self._dead, self._relist)
+            self.status.error = "the server's connection closed"
+            self.status.state = "failed"
+
+    async def _list(self, client: Client) -> list[types.Tool]:
+        tools: list[types.Tool] = []
+        cursor: str | None = None
+        for _ in range(LIST_PAGES):
+            page = await client.list_tools(cursor=cursor)
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        return tools
+
+    async def _on_message(self, message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            self._relist.set()
+        elif isinstance(message, Exception):
+            log.warning("MCP server %s: transport error: %s", self.name, message)
+
+    def _stdio_parameters(self) -> StdioServerParameters:
+        cfg = self.config
+        assert cfg.command is not None
+        cwd = os.path.expanduser(cfg.cwd) if cfg.cwd else self._private()
+        argv = [cfg.command, *cfg.args]
+        sandbox_config = self.manager.sandbox_config
+        if sandbox_config is not None:
+            _check_not_hidden(cwd, sandbox_config.hidden)
+            # Server-wide, not per workspace: the server's "workspace" is its cwd,
+            # the only place it may write; the host is visible read-only.
+            sandbox = Sandbox(sandbox_config, cwd)
+            argv = sandbox.command(argv, cwd=cwd, network=cfg.network, host_view="full")
+        return StdioServerParameters(command=argv[0], args=argv[1:], env=dict(cfg.env), cwd=cwd)
+
+    def _private(self) -> str:
+        if self._private_dir is None:
+            self._private_dir = tempfile.mkdtemp(prefix=f"toolrelay-mcp-{self.name}-")
+        return self._private_dir
+
+    async def stop(self) -> None:
+        self._stopping = True
+        self._dead.set()
+        task = self.task
+        if task is not None and not task.done():
+            # A clean exit first (the SDK closes stdin, then terminates the
+            # process); cancellation when it does not come in time.
+            done, _ = await asyncio.wait({task}, timeout=5.0)
+            if not done:
+                task.cancel()
+                await asyncio.wait({task}, timeout=5.0)
+        self.status.state = "stopped"
+        if self._private_dir is not None:
+            shutil.rmtree(self._private_dir, ignore_errors=True)
+
+
+class McpManager:
+    """Connects every configured MCP server and keeps its tools registered."""
+
+    def __init__(
+        self,
+        servers: Mapping[str, McpServerConfig],
+        dispatcher: ToolDispatcher,
+        *,
+        sandbox_config: SandboxConfig | None = None,
+        on_tools_changed: ToolsChanged | None = None,
+        backoff_base: float = 0.5,
+        backoff_max: float = 30.0,
+        stable_after: float = 30.0,
+    ) -> None:
+        self.dispatcher = dispatcher
+        self.sandbox_config = sandbox_config
+        self.on_tools_changed = on_tools_changed
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self.stable_after = stable_after
+        self.connections = {name: McpConnection(name, cfg, self) for name, cfg in servers.items()}
+
+    async def start(self, *, wait: float | None = None) -> None:
+        """Start every connection; with ``wait``, return once each has left
+        ``connecting`` (or ``wait`` seconds passed), so start-up lists them."""
+        for conn in self.connections.values():
+            conn.task = asyncio.create_task(conn.run(), name=f"mcp-{conn.name}")
+        if wait:
+            await self.settled(wait)
+
+    async def settled(self, limit: float) -> bool:
+        """Wait (at most ``limit`` s) until no server is ``connecting``."""
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline:
+            if all(c.status.state != "connecting" for c in self.connections.values()):
+                return True
+            await asyncio.sleep(0.05)
+        return False
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(c.stop() for c in self.connections.values()))
+
+    def states(self) -> list[dict[str, Any]]:
+        return [c.status.to_json() for c in self.connections.values()]
+
+    def sync_tools(self, conn: McpConnection, tools: list[types.Tool]) -> None:
+        """Make the registry hold exactly the expressible tools of ``conn``'s
+        listing; report the change once."""
+        cfg = conn.config
+        wanted: dict[str, types.Tool] = {}
+        skipped: list[dict[str, str]] = []
+        for tool in tools:
+            name = tool_name(conn.name, tool.name)
+            if len(name) > MAX_TOOL_NAME:
+                skipped.append({"tool": tool.name, "error": f"{name!r} is longer than 64"})
+            elif name in wanted:
+                skipped.append({"tool": tool.name, "error": f"{name!r} is taken by another tool"})
+            else:
+                wanted[name] = tool
+        added: list[str] = []
+        removed: list[str] = []
+        for name, (_, listed) in list(conn.registered.items()):
+            if wanted.get(name) != listed:
+                self.dispatcher.unregister(name)
+                del conn.registered[name]
+                removed.append(name)
+        for name, tool in wanted.items():
+            if name in conn.registered:
+                continue
+            try:
+                self._register(conn, name, tool)
+            except ToolRegistrationError as exc:
+                pointer = exc.pointer if isinstance(exc, SchemaNotExpressible) else ""
+                skipped.append({"tool": tool.name, "error": str(exc), "pointer": pointer})
+                log.error("MCP server %s: tool %s not registered: %s", conn.name, tool.name, exc)
+                continue
+            conn.registered[name] = (tool.name, tool)
+            added.append(name)
+        # A tool that changed is both removed and added: report it as changed once.
+        changed = set(added) & set(removed)
+        removed = [n for n in removed if n not in changed]
+        conn.status.tools = sorted(conn.registered)
+        conn.status.skipped = skipped
+        if (added or removed) and self.on_tools_changed is not None:
+            self.on_tools_changed(sorted(added), sorted(removed), f"mcp:{conn.name}")
+        del cfg
+
+    def _register(self, conn: McpConnection, name: str, tool: types.Tool) -> None:
+        schema = translate_schema(tool.input_schema)
+        output = None
+        if tool.output_schema is not None:
+            try:
+                output = OutputValidator(dict(tool.output_schema))
+            except Exception as exc:  # jsonschema-rs refuses a schema it cannot compile
+                raise SchemaNotExpressible("outputSchema", "", str(exc)) from None
+        definition = ToolDefinition(
+            name=name,
+            description=(tool.description or tool.title or f"{tool.name} (MCP server {conn.name})"),
+            input_schema=schema,
+            side_effects=conn.config.side_effects_of(tool.name),
+        )
+        mcp_name = tool.name
+        entry = conn.config.tools.get(mcp_name)
+        timeout = entry.timeout if entry is not None else None
+
+        def factory() -> McpTool:
+            return McpTool(conn, mcp_name, definition, output)
+
+        self.dispatcher.register(factory, group=f"mcp:{conn.name}", timeout=timeout)
+
+
+def _check_not_hidden(cwd: str, hidden: tuple[str, ...]) -> None:
+    """The sandbox binds ``cwd`` after hiding the protected paths, so a ``cwd``
+    inside one (or holding one) would show it again: refused, as a session's
+    workspace would be."""
+    real = os.path.realpath(cwd)
+    for path in hidden:
+        inside = os.path.commonpath([real, path]) == path
+        holds = os.path.commonpath([real, path]) == real
+        if inside or holds:
+            raise ValueError(f"cwd {cwd!r} overlaps a path the sandbox hides ({path})")
+
+
+async def _first(*events: asyncio.Event) -> None:
+    waits = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+
+
+def _describe(exc: BaseException) -> str:
+    """One line for an error that may be wrapped in exception groups."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    if isinstance(exc, TimeoutError):
+        return "connecting timed out"
+    text = str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}" if not isinstance(exc, MCPError) else text

@@ -1,0 +1,531 @@
+"""A per-workspace symbol index, built in the background and kept fresh.
+
+One ``CodeIndex`` per workspace root (shared by every session on it, so a
+second session does not parse the repository again). The first query starts
+a build in a daemon thread: a descriptor-based, .gitignore-aware walk
+(walk.Walk), then every source file opened by
+descriptor (open_candidates), parsed with tree-sitter and folded into two
+inverted maps (name -> definitions, name -> referencing lines). Queries wait
+for the build, reporting progress, then answer from the maps.
+
+Freshness: every query first re-walks the workspace and compares each
+file's (mtime_ns, size), taken from the walk's own fstatat, with what was
+indexed (no file is opened unless it changed); files that changed, appeared or vanished are
+re-parsed or dropped. That covers edits through our tools (write_file,
+patch_file, apply_patch) and edits by anything else (a shell command, the
+user's editor) alike, without a hook into the dispatcher. ``rescan_interval``
+can space these checks out on very large repositories.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import posixpath
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from dispatcher.errors import ToolError
+from dispatcher.tools.code.extract import FileFacts, Import, Symbol, extract
+from dispatcher.tools.code.languages import language_for
+from dispatcher.tools.search_files import (
+    Candidate,
+    open_candidates,
+    read_fd,
+)
+from dispatcher.tools.walk import Entry, Walk
+from dispatcher.workspace import WorkspaceFileAPI
+
+MAX_FILE_BYTES = 1024 * 1024  # larger files are generated or vendored: not parsed
+MAX_FILES = 100_000
+MAX_INDEXES = 8  # workspaces kept in memory at once (least recently used dropped)
+
+
+@dataclass(slots=True)
+class _Indexed:
+    mtime_ns: int
+    size: int
+    facts: FileFacts
+
+
+@dataclass(slots=True)
+class Progress:
+    """Where a build stands: ``state`` is idle, building, ready or failed."""
+
+    state: str = "idle"
+    done: int = 0
+    total: int = 0
+    seconds: float = 0.0
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class RefreshStats:
+    """What one freshness check found and re-parsed."""
+
+    checked: int = 0
+    updated: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+
+
+class CodeIndex:
+    """Definitions, references and imports of every source file of one workspace."""
+
+    def __init__(self, root: str, *, max_file_bytes: int = MAX_FILE_BYTES) -> None:
+        self.root = root
+        self.max_file_bytes = max_file_bytes
+        self.progress = Progress()
+        self._ws: WorkspaceFileAPI | None = None
+        # Guards everything below and the build/refresh: queries hold it
+        # while they read the maps, so they never see half an update.
+        self._lock = threading.RLock()
+        self._ready = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._files: dict[str, _Indexed] = {}
+        self._defs: dict[str, dict[str, list[Symbol]]] = {}
+        self._refs: dict[str, dict[str, tuple[int, ...]]] = {}
+        self._last_refresh = 0.0
+        self.skipped: dict[str, str] = {}
+        self.truncated = False
+        self.go_modules: dict[str, str] = {}  # folder of a go.mod -> its module path
+
+    # -- building ---------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the background build unless it is running or done."""
+        with self._lock:
+            if self._thread is not None and self.progress.state in ("building", "ready"):
+                return
+            self.progress = Progress(state="building")
+            self._ready.clear()
+            self._thread = threading.Thread(
+                target=self._build, name=f"code-index:{os.path.basename(self.root)}", daemon=True
+            )
+            self._thread.start()
+
+    def wait(self, timeout: float) -> bool:
+        """Whether the build finished (ready or failed) within ``timeout`` seconds."""
+        return self._ready.wait(timeout)
+
+    def _workspace(self) -> WorkspaceFileAPI:
+        if self._ws is None:
+            self._ws = WorkspaceFileAPI(self.root)
+        return self._ws
+
+    def _build(self) -> None:
+        started = time.perf_counter()
+        try:
+            with self._lock:
+                self._scan(on_progress=self._set_progress)
+                self._last_refresh = time.monotonic()
+                self.progress.state = "ready"
+        except Exception as exc:  # the build thread must report, not die silently
+            self.progress.state = "failed"
+            self.progress.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            self.progress.seconds = round(time.perf_counter() - started, 3)
+            self._ready.set()
+
+    def _set_progress(self, done: int, total: int) -> None:
+        self.progress.done, self.progress.total = done, total
+
+    def refresh(self, *, min_interval: float = 0.0) -> RefreshStats | None:
+        """Bring the index up to date with the files on disk (see the module
+        docstring); None if the last check is younger than ``min_interval``."""
+        with self._lock:
+            if self.progress.state != "ready":
+                return None
+            if min_interval > 0 and time.monotonic() - self._last_refresh < min_interval:
+                return None
+            stats = self._scan(on_progress=None)
+            self._last_refresh = time.monotonic()
+            return stats
+
+    def _scan(self, on_progress: Callable[[int, int], None] | None) -> RefreshStats:
+        ws = self._workspace()
+        walk = _StatWalk(ws, ".", recursive=True, respect_gitignore=True, sizes=True)
+        sources: list[tuple[Candidate, int | None]] = []
+        go_mods: list[Candidate] = []
+        skipped: dict[str, str] = {}
+        with walk:
+            for entry in walk:
+                if entry.is_dir or entry.target_is_dir:
+                    continue
+                cand = Candidate(entry.rel, entry.size, entry.is_symlink)
+                if cand.name == "go.mod":
+                    go_mods.append(cand)
+                if language_for(entry.rel) is None:
+                    continue
+                if entry.size > self.max_file_bytes:
+                    skipped[entry.rel] = f"larger than {self.max_file_bytes} bytes"
+                    continue
+                if len(sources) >= MAX_FILES:
+                    self.truncated = True
+                    break
+                sources.append((cand, walk.mtimes.pop(entry.rel, None)))
+        self.skipped = skipped
+        self._read_go_modules(ws, go_mods)
+        stats = RefreshStats(checked=len(sources))
+        seen = {cand.rel for cand, _ in sources}
+        # Only files whose (mtime, size) differ from the index are opened;
+        # a linked file (no mtime from the walk) is always re-checked.
+        changed = [
+            (i, cand)
+            for i, (cand, mtime) in enumerate(sources)
+            if (known := self._files.get(cand.rel)) is None
+            or mtime is None
+            or (known.mtime_ns, known.size) != (mtime, cand.size)
+        ]
+        total = len(changed)
+        if on_progress is not None:
+            on_progress(0, total)
+        for done, (_, cand, fd) in enumerate(
+            open_candidates(ws, changed, self.max_file_bytes), start=1
+        ):
+            try:
+                st = os.fstat(fd)
+                known = self._files.get(cand.rel)
+                if known is not None and (known.mtime_ns, known.size) == (
+                    st.st_mtime_ns,
+                    st.st_size,
+                ):
+                    continue
+                data = read_fd(fd, self.max_file_bytes)
+            finally:
+                os.close(fd)
+            if on_progress is not None and done % 200 == 0:
+                on_progress(done, total)
+            self._remove(cand.rel)
+            if data is None:
+                continue
+            language = language_for(cand.rel)
+            assert language is not None
+            self._add(cand.rel, _Indexed(st.st_mtime_ns, st.st_size, extract(language, data)))
+            stats.updated.append(cand.rel)
+        if on_progress is not None:
+            on_progress(total, total)
+        for rel in [r for r in self._files if r not in seen]:
+            self._remove(rel)
+            stats.removed.append(rel)
+        return stats
+
+    def _read_go_modules(self, ws: WorkspaceFileAPI, mods: list[Candidate]) -> None:
+        """Each go.mod's module path (its ``module`` line), by folder: Go
+        import paths are resolved against them."""
+        modules: dict[str, str] = {}
+        for cand in mods:
+            try:
+                text = ws.read_bytes(cand.rel)[:65536].decode("utf-8", "replace")
+            except (ToolError, OSError):
+                continue
+            for line in text.splitlines():
+                words = line.split("//", 1)[0].split()
+                if len(words) == 2 and words[0] == "module":
+                    modules[cand.folder] = words[1].strip('"')
+                    break
+        self.go_modules = modules
+
+    def _add(self, rel: str, entry: _Indexed) -> None:
+        self._files[rel] = entry
+        for sym in entry.facts.symbols:
+            self._defs.setdefault(sym.name, {}).setdefault(rel, []).append(sym)
+        for name, lines in entry.facts.references.items():
+            self._refs.setdefault(name, {})[rel] = lines
+
+    def _remove(self, rel: str) -> None:
+        old = self._files.pop(rel, None)
+        if old is None:
+            return
+        for sym in old.facts.symbols:
+            by_file = self._defs.get(sym.name)
+            if by_file is not None:
+                by_file.pop(rel, None)
+                if not by_file:
+                    del self._defs[sym.name]
+        for name in old.facts.references:
+            uses = self._refs.get(name)
+            if uses is not None:
+                uses.pop(rel, None)
+                if not uses:
+                    del self._refs[name]
+
+    # -- queries (call with the index ready; each takes the lock) ----------
+
+    @property
+    def file_count(self) -> int:
+        return len(self._files)
+
+    def facts(self, rel: str) -> FileFacts | None:
+        with self._lock:
+            entry = self._files.get(rel)
+            return entry.facts if entry is not None else None
+
+    def definitions(
+        self, name: str, *, kind: str | None = None, under: str = "."
+    ) -> list[tuple[str, Symbol]]:
+        """(file, symbol) for every definition of ``name`` below ``under``."""
+        with self._lock:
+            out = [
+                (rel, sym)
+                for rel, syms in self._defs.get(name, {}).items()
+                if _below(rel, under)
+                for sym in syms
+                if kind is None or sym.kind == kind
+            ]
+        out.sort(key=lambda item: (item[0], item[1].line))
+        return out
+
+    def references(self, name: str, *, under: str = ".") -> list[tuple[str, tuple[int, ...]]]:
+        """(file, lines) for every file below ``under`` that uses ``name``."""
+        with self._lock:
+            out = [
+                (rel, lines)
+                for rel, lines in self._refs.get(name, {}).items()
+                if _below(rel, under)
+            ]
+        out.sort()
+        return out
+
+    def read_lines(self, rel: str) -> list[str]:
+        """The file's lines, read through the workspace API ([] if unreadable)."""
+        try:
+            data = self._workspace().read_bytes(rel)
+        except (ToolError, OSError):
+            return []
+        return data.decode("utf-8", "replace").splitlines()
+
+    def import_edges(self) -> list[dict[str, Any]]:
+        """Every import of every file, resolved to a workspace file or folder
+        where the language's rules find one (``to`` is None otherwise)."""
+        with self._lock:
+            files = {rel: entry.facts for rel, entry in self._files.items()}
+            go_modules = dict(self.go_modules)
+        resolver = _Resolver(files.keys(), go_modules)
+        edges: list[dict[str, Any]] = []
+        for rel in sorted(files):
+            facts = files[rel]
+            for imp in facts.imports:
+                target = resolver.resolve(rel, facts.language, imp)
+                edges.append({"from": rel, "to": target, "module": imp.module, "line": imp.line})
+        return edges
+
+    def close(self) -> None:
+        if self._ws is not None:
+            with contextlib.suppress(OSError):
+                self._ws.close()
+
+
+class _StatWalk(Walk):
+    """The listing tools' walk, keeping each regular file's mtime as well.
+
+    ``Walk`` with ``sizes`` already stats every file relative to its folder's
+    descriptor; ``os.DirEntry`` caches that result, so asking again here is
+    free. The freshness check then needs no open per unchanged file."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.mtimes: dict[str, int] = {}
+        super().__init__(*args, **kwargs)
+
+    def _entry(self, level: Any, dirent: os.DirEntry[str]) -> Entry | None:
+        entry = super()._entry(level, dirent)
+        if entry is not None and not entry.is_dir and not entry.is_symlink:
+            with contextlib.suppress(OSError):
+                self.mtimes[entry.rel] = dirent.stat(follow_symlinks=False).st_mtime_ns
+        return entry
+
+
+def _below(rel: str, under: str) -> bool:
+    return under in (".", "") or rel == under or rel.startswith(under.rstrip("/") + "/")
+
+
+class _Resolver:
+    """Maps an import to a workspace path, per language (best effort: what a
+    build tool would find by convention, without reading its configuration)."""
+
+    def __init__(self, files: Iterable[str], go_modules: dict[str, str]) -> None:
+        self.files = set(files)
+        self.go_modules = go_modules
+        self.dirs: set[str] = {posixpath.dirname(f) for f in self.files}
+        # python: dotted module suffix -> files ("a/b/c.py" is "a.b.c", "b.c", "c")
+        self.py: dict[str, list[str]] = {}
+        for rel in sorted(self.files):
+            if not rel.endswith((".py", ".pyi")):
+                continue
+            parts = rel.rsplit(".", 1)[0].split("/")
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            for i in range(len(parts)):
+                self.py.setdefault(".".join(parts[i:]), []).append(rel)
+
+    def resolve(self, rel: str, language: str, imp: Import) -> str | None:
+        if language == "python":
+            return self._python(rel, imp)
+        if language in ("javascript", "typescript", "tsx"):
+            return self._js(rel, imp.module)
+        if language == "go":
+            return self._go(imp.module)
+        if language == "rust":
+            return self._rust(rel, imp)
+        if language == "java":
+            return self._java(imp.module)
+        return None
+
+    def _python(self, rel: str, imp: Import) -> str | None:
+        module = imp.module
+        if module.startswith("."):
+            dots = len(module) - len(module.lstrip("."))
+            base = posixpath.dirname(rel)
+            for _ in range(dots - 1):
+                base = posixpath.dirname(base)
+            tail = module[dots:]
+            stem = posixpath.join(base, *tail.split(".")) if tail else base
+            for name in imp.names:
+                if found := self._py_path(posixpath.join(stem, name)):
+                    return found
+            return self._py_path(stem)
+        for name in imp.names:
+            if found := self._py_module(f"{module}.{name}", rel):
+                return found
+        return self._py_module(module, rel)
+
+    def _py_path(self, stem: str) -> str | None:
+        stem = posixpath.normpath(stem)
+        for candidate in (f"{stem}.py", f"{stem}/__init__.py", f"{stem}.pyi"):
+            if candidate in self.files:
+                return candidate
+        return None
+
+    def _py_module(self, module: str, rel: str) -> str | None:
+        found = self.py.get(module)
+        if not found:
+            return None
+        # Several files end in the same dotted suffix: prefer the one whose
+        # full module path is shortest (the most likely import root), then
+        # the one nearest the importer.
+        return min(found, key=lambda f: (f.count("/"), _distance(f, rel)))
+
+    def _js(self, rel: str, spec: str) -> str | None:
+        if not spec.startswith("."):
+            return None  # a package from node_modules: external
+        stem = posixpath.normpath(posixpath.join(posixpath.dirname(rel), spec))
+        exts = (".ts", ".tsx", ".js", ".jsx", ".mjs", ".cjs", ".mts", ".cts")
+        candidates = [stem, *(stem + e for e in exts), *(f"{stem}/index{e}" for e in exts)]
+        # "./x.js" in TypeScript sources names x.ts (the compiled output's name).
+        base, dot, ext = stem.rpartition(".")
+        if dot and ext in ("js", "jsx", "mjs", "cjs"):
+            candidates += [base + ".ts", base + ".tsx"]
+        return next((c for c in candidates if c in self.files), None)
+
+    def _go(self, path: str) -> str | None:
+        # An import path names a package folder: the module path of a go.mod
+        # plus the folder below it; without a matching go.mod, the longest
+        # folder the path ends with.
+        for folder, module in sorted(self.go_modules.items()):
+            if path == module or path.startswith(module + "/"):
+                rest = path[len(module) + 1 :]
+                target = posixpath.normpath(posixpath.join(folder, rest)) if rest else folder
+                if target in self.dirs:
+                    return target
+        best: str | None = None
+        for folder in self.dirs:
+            matches = folder and (path == folder or path.endswith("/" + folder))
+            if matches and (best is None or len(folder) > len(best)):
+                best = folder
+        return best
+
+    def _rust(self, rel: str, imp: Import) -> str | None:
+        here = posixpath.dirname(rel)
+        if imp.kind == "mod":
+            stem = posixpath.basename(rel).rsplit(".", 1)[0]
+            base = here if stem in ("mod", "lib", "main") else posixpath.join(here, stem)
+            for c in (f"{base}/{imp.module}.rs", f"{base}/{imp.module}/mod.rs"):
+                if posixpath.normpath(c) in self.files:
+                    return posixpath.normpath(c)
+            return None
+        path = imp.module.split("{", 1)[0].strip(":")
+        parts = [p for p in path.split("::") if p]
+        if not parts:
+            return None
+        if parts[0] == "crate":
+            base = _crate_root(rel)
+            parts = parts[1:]
+        elif parts[0] == "super":
+            base = posixpath.dirname(here) if here else here
+            parts = parts[1:]
+        elif parts[0] == "self":
+            base = here
+            parts = parts[1:]
+        else:
+            return None  # another crate
+        while parts:
+            stem = posixpath.join(base, *parts)
+            for c in (f"{stem}.rs", f"{stem}/mod.rs"):
+                if posixpath.normpath(c) in self.files:
+                    return posixpath.normpath(c)
+            parts = parts[:-1]
+        return None
+
+    def _java(self, name: str) -> str | None:
+        parts = name.removesuffix(".*").split(".")
+        if name.endswith(".*"):
+            folder = "/".join(parts)
+            return next(
+                (d for d in sorted(self.dirs) if d == folder or d.endswith("/" + folder)), None
+            )
+        while len(parts) > 1:
+            suffix = "/".join(parts) + ".java"
+            for f in sorted(self.files):
+                if f == suffix or f.endswith("/" + suffix):
+                    return f
+            parts = parts[:-1]  # a static import names a member of the class
+        return None
+
+
+def _crate_root(rel: str) -> str:
+    """The folder of the crate root a Rust file belongs to: the nearest
+    ``src`` folder above it, else its own folder."""
+    parts = rel.split("/")[:-1]
+    for i in range(len(parts), 0, -1):
+        if parts[i - 1] == "src":
+            return "/".join(parts[:i])
+    return "/".join(parts)
+
+
+def _distance(a: str, b: str) -> int:
+    pa, pb = a.split("/")[:-1], b.split("/")[:-1]
+    common = 0
+    for x, y in zip(pa, pb, strict=False):
+        if x != y:
+            break
+        common += 1
+    return len(pa) + len(pb) - 2 * common
+
+
+_registry: OrderedDict[str, CodeIndex] = OrderedDict()
+_registry_lock = threading.Lock()
+
+
+def index_for(root: str) -> CodeIndex:
+    """The shared index of the workspace at ``root`` (created on first use)."""
+    with _registry_lock:
+        index = _registry.get(root)
+        if index is None:
+            index = _registry[root] = CodeIndex(root)
+            while len(_registry) > MAX_INDEXES:
+                _, dropped = _registry.popitem(last=False)
+                dropped.close()
+        else:
+            _registry.move_to_end(root)
+        return index
+
+
+def forget(root: str) -> None:
+    """Drop the index of ``root`` (tests; a workspace that went away)."""
+    with _registry_lock:
+        index = _registry.pop(root, None)
+    if index is not None:
+        index.close()

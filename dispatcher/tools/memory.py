@@ -1,0 +1,355 @@
+"""memory_add, memory_replace, memory_search, memory_consolidate, memory_delete.
+
+What an agent keeps between sessions of one workspace (dispatcher.memory_store).
+The session hands the tools a ``MemoryScope`` as their ``memory`` tool option:
+the store, the session's workspace and owner (the token that created the
+session), and how to publish a ``memory.*`` event on the session's stream.
+
+Side effects ``none``, on purpose: these tools change only the memory store
+in the server's data dir, never the workspace, a process or the network, so
+the default policy runs them without a prompt (as it runs reads). Every change
+is still visible: an event per write, and ``GET /memory`` / ``DELETE
+/memory/{id}`` let a person see and remove what was kept.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio.to_thread
+
+from adapters.canonical import SideEffects, ToolDefinition
+from dispatcher.errors import ToolExecutionError, ToolValidationError
+from dispatcher.memory_store import Memory, MemoryNotFound, MemoryScope
+from dispatcher.tool import ToolContext, ToolOutput
+from dispatcher.tools.common import check_cancelled, object_schema
+
+PREVIEW_CHARS = 200
+_ID = {"type": "string", "minLength": 1, "description": "The memory's id (mem_...)."}
+_MEMORY_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string"},
+        "content": {"type": "string"},
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "created_at": {"type": "string"},
+        "updated_at": {"type": "string"},
+    },
+    "required": ["id", "content", "tags"],
+}
+
+
+def _scope(context: ToolContext) -> MemoryScope:
+    scope = context.options.get("memory")
+    if not isinstance(scope, MemoryScope):
+        raise ToolExecutionError("memory is not available in this session (no memory store)")
+    return scope
+
+
+def _public(m: Memory) -> dict[str, Any]:
+    return {
+        "id": m.id,
+        "content": m.content,
+        "tags": list(m.tags),
+        "created_at": m.created_at,
+        "updated_at": m.updated_at,
+    }
+
+
+def _preview(text: str) -> str:
+    return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 3] + "..."
+
+
+def _event(scope: MemoryScope, memory: Memory, **extra: Any) -> dict[str, Any]:
+    return {
+        "memory_id": memory.id,
+        "workspace": memory.workspace,
+        "owner": memory.owner,
+        "tags": list(memory.tags),
+        "preview": _preview(memory.content),
+        **extra,
+    }
+
+
+class MemoryAddTool:
+    """Keeps a new memory for this workspace (and this token's user)."""
+
+    definition: ToolDefinition = ToolDefinition(
+        name="memory_add",
+        description=(
+            "Remember a fact, decision or convention about this workspace for later sessions "
+            "(only you, in this workspace, will find it). Returns the memory's id."
+        ),
+        input_schema=object_schema(
+            {
+                "content": {"type": "string", "minLength": 1, "maxLength": 20000},
+                "tags": {
+                    "type": "array",
+                    "items": {"type": "string", "minLength": 1, "maxLength": 64},
+                    "maxItems": 20,
+                },
+            },
+            ["content"],
+        ),
+        side_effects=SideEffects.NONE,
+    )
+    output_schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {"id": {"type": "string"}, "memory": _MEMORY_SCHEMA},
+        "required": ["id", "memory"],
+    }
+
+    async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:
+        check_cancelled(context, "memory_add")
+        scope = _scope(context)
+        try:
+            memory = await anyio.to_thread.run_sync(
+                lambda: scope.store.add(
+                    scope.workspace,
+                    scope.owner,
+                    input["content"],
+                    input.get("tags", []),
+                    session_id=scope.session_id,
+                )
+            )
+        except ValueError as exc:
+            raise ToolValidationError(str(exc)) from None
+        scope.publish("memory.added", _event(scope, memory), context.turn_id)
+        return ToolOutput.text(
+            f"remembered as {memory.id}", metadata={"id": memory.id, "memory": _public(memory)}
+        )
+
+    async def cancel(self) -> bool:
+        return False
+
+
+class MemoryReplaceTool:
+    """Replaces the content of one of this workspace's memories."""
+
+    definition: ToolDefinition = ToolDefinition(
+        name="memory_replace",
+        description="Replace the content (and optionally the tags) of a memory, by id.",
+        input_schema=object_schema(
+            {
+                "id": _ID,
+                "content": {"type": "string", "minLength": 1, "maxLength": 20000},
+                "tags": {
+                    "type": "array",
+                    "items": {"type": "string", "minLength": 1, "maxLength": 64},
+                    "maxItems": 20,
+                },
+            },
+            ["id", "content"],
+        ),
+        side_effects=SideEffects.NONE,
+    )
+    output_schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {"memory": _MEMORY_SCHEMA, "previous": {"type": "string"}},
+        "required": ["memory", "previous"],
+    }
+
+    async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:
+        check_cancelled(context, "memory_replace")
+        scope = _scope(context)
+        try:
+            old, new = await anyio.to_thread.run_sync(
+                lambda: scope.store.replace(
+                    input["id"],
+                    input["content"],
+                    workspace=scope.workspace,
+                    owner=scope.owner,
+                    tags=input.get("tags"),
+                )
+            )
+        except MemoryNotFound:
+            raise ToolExecutionError(f"no memory {input['id']!r} in this workspace") from None
+        except ValueError as exc:
+            raise ToolValidationError(str(exc)) from None
+        scope.publish(
+            "memory.replaced",
+            _event(scope, new, previous_preview=_preview(old.content)),
+            context.turn_id,
+        )
+        return ToolOutput.text(
+            f"replaced {new.id}", metadata={"memory": _public(new), "previous": old.content}
+        )
+
+    async def cancel(self) -> bool:
+        return False
+
+
+class MemorySearchTool:
+    """Full-text search of this workspace's memories, best match first."""
+
+    definition: ToolDefinition = ToolDefinition(
+        name="memory_search",
+        description=(
+            "Search what was remembered about this workspace (full-text, ranked by relevance; "
+            "any word may match, more matching words rank higher)."
+        ),
+        input_schema=object_schema(
+            {
+                "query": {"type": "string", "minLength": 1, "maxLength": 2000},
+                "limit": {"type": "integer", "minimum": 1, "maximum": 100},
+            },
+            ["query"],
+        ),
+        # Reads only the memory store, not the workspace: nothing to confirm.
+        side_effects=SideEffects.NONE,
+    )
+    output_schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "results": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {**_MEMORY_SCHEMA["properties"], "score": {"type": "number"}},
+                },
+            }
+        },
+        "required": ["results"],
+    }
+
+    async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:
+        check_cancelled(context, "memory_search")
+        scope = _scope(context)
+        found = await anyio.to_thread.run_sync(
+            lambda: scope.store.search(
+                input["query"],
+                workspace=scope.workspace,
+                owner=scope.owner,
+                limit=input.get("limit", 10),
+            )
+        )
+        # bm25 as SQLite reports it is "lower is better"; negated, higher is better.
+        results = [{**_public(m), "score": round(-score, 6)} for m, score in found]
+        text = (
+            "\n".join(f"{r['id']} [{', '.join(r['tags'])}] {r['content']}" for r in results)
+            or "(no memory matches)"
+        )
+        return ToolOutput.text(text, metadata={"results": results})
+
+    async def cancel(self) -> bool:
+        return False
+
+
+class MemoryConsolidateTool:
+    """Merges this workspace's duplicate and near-duplicate memories."""
+
+    definition: ToolDefinition = ToolDefinition(
+        name="memory_consolidate",
+        description=(
+            "Merge duplicate and near-duplicate memories of this workspace (same text up to "
+            "case and punctuation, or nearly the same words). Returns what was merged."
+        ),
+        input_schema=object_schema({}, []),
+        side_effects=SideEffects.NONE,
+    )
+    output_schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "merges": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "kept": _MEMORY_SCHEMA,
+                        "merged_ids": {"type": "array", "items": {"type": "string"}},
+                        "reason": {"type": "string"},
+                    },
+                },
+            },
+            "removed": {"type": "integer"},
+        },
+        "required": ["merges", "removed"],
+    }
+
+    async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:
+        check_cancelled(context, "memory_consolidate")
+        scope = _scope(context)
+        merges = await anyio.to_thread.run_sync(
+            lambda: scope.store.consolidate(scope.workspace, scope.owner)
+        )
+        out: list[dict[str, Any]] = [
+            {
+                "kept": _public(m.kept),
+                "merged_ids": [o.id for o in m.merged],
+                "reason": m.reason,
+            }
+            for m in merges
+        ]
+        removed = sum(len(m["merged_ids"]) for m in out)
+        if merges:
+            scope.publish(
+                "memory.consolidated",
+                {
+                    "workspace": scope.workspace,
+                    "owner": scope.owner,
+                    "merges": [
+                        {
+                            "kept_id": m["kept"]["id"],
+                            "merged_ids": m["merged_ids"],
+                            "reason": m["reason"],
+                        }
+                        for m in out
+                    ],
+                    "removed": removed,
+                },
+                context.turn_id,
+            )
+        text = (
+            "\n".join(
+                f"kept {m['kept']['id']}, merged {', '.join(m['merged_ids'])} ({m['reason']})"
+                for m in out
+            )
+            or "(nothing to merge)"
+        )
+        return ToolOutput.text(text, metadata={"merges": out, "removed": removed})
+
+    async def cancel(self) -> bool:
+        return False
+
+
+class MemoryDeleteTool:
+    """Forgets one of this workspace's memories."""
+
+    definition: ToolDefinition = ToolDefinition(
+        name="memory_delete",
+        description="Delete a memory of this workspace, by id.",
+        input_schema=object_schema({"id": _ID}, ["id"]),
+        side_effects=SideEffects.NONE,
+    )
+    output_schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {"id": {"type": "string"}},
+        "required": ["id"],
+    }
+
+    async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:
+        check_cancelled(context, "memory_delete")
+        scope = _scope(context)
+        try:
+            memory = await anyio.to_thread.run_sync(
+                lambda: scope.store.delete(
+                    input["id"], workspace=scope.workspace, owner=scope.owner
+                )
+            )
+        except MemoryNotFound:
+            raise ToolExecutionError(f"no memory {input['id']!r} in this workspace") from None
+        scope.publish("memory.deleted", _event(scope, memory, deleted_by="tool"), context.turn_id)
+        return ToolOutput.text(f"deleted {memory.id}", metadata={"id": memory.id})
+
+    async def cancel(self) -> bool:
+        return False
+
+
+MEMORY_TOOLS = (
+    MemoryAddTool,
+    MemoryReplaceTool,
+    MemorySearchTool,
+    MemoryConsolidateTool,
+    MemoryDeleteTool,
+)
+MEMORY_TOOL_NAMES = tuple(t.definition.name for t in MEMORY_TOOLS)

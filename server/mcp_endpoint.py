@@ -1,0 +1,164 @@
+"""toolrelay as an MCP server: streamable HTTP at ``/sessions/{id}/mcp``.
+
+One low-level SDK ``Server`` and one stateful session manager serve every
+toolrelay session; each request names its session in the path and carries
+the bearer token our AuthMiddleware already checked, and every MCP request
+is authorised again (``SessionManager.get``), so an MCP session id is worth
+nothing to another token.
+
+- ``tools/list``: the session's tools, as ``GET /sessions/{id}/tools`` has them.
+- ``tools/call``: one ``tool_use`` through the session's dispatcher, as a
+  client-played turn runs its calls (``ToolDispatcher.dispatch`` with the
+  session's DispatchSession: validation, policy, confirmation, the session's
+  concurrency cap, events, the durable log). It is not a turn: it does not
+  take the session's one turn slot (several MCP calls run at once, beside a
+  running turn, under the same cap) and does not enter the conversation,
+  which belongs to the MCP client's own agent. Its events carry a
+  ``turn_id`` of the form ``mcp_<hex>``, which is what a client answering its
+  confirmation puts in the URL.
+- While the call waits for a confirmation it sends progress notifications
+  (when the MCP client asked for progress) naming the request; any client
+  may answer over HTTP. A deny or a timeout comes back as a result with
+  ``isError: true`` carrying the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import mcp_types as types
+from mcp import MCPError
+from mcp.server.lowlevel.server import Server
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from starlette.requests import Request
+from starlette.types import Receive, Scope, Send
+
+from adapters.canonical import ImageBlock, TextBlock, ToolResultBlock, ToolUseBlock
+from server.errors import ApiError
+from server.middleware import principal_of
+
+if TYPE_CHECKING:
+    from server.runtime import Runtime
+
+PATH = "/sessions/{session_id}/mcp"
+# Seconds between progress notifications while a call waits or runs.
+PROGRESS_INTERVAL = 1.0
+
+
+class McpEndpoint:
+    """The MCP server side; an ASGI app for ``PATH`` plus its lifespan (``run``)."""
+
+    def __init__(self, runtime: Runtime, *, progress_interval: float = PROGRESS_INTERVAL) -> None:
+        self.runtime = runtime
+        self.progress_interval = progress_interval
+        self.server: Server[Any] = Server(
+            "toolrelay",
+            version="0.1.0",
+            instructions="toolrelay session tools: every call is validated, gated by the "
+            "session's policy (a person may have to confirm it) and recorded.",
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+        )
+        self.manager = StreamableHTTPSessionManager(self.server, session_idle_timeout=3600)
+
+    @contextlib.asynccontextmanager
+    async def run(self) -> AsyncIterator[None]:
+        async with self.manager.run():
+            yield
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.manager.handle_request(scope, receive, send)
+
+    # -- handlers ---------------------------------------------------------
+
+    def _session(self, ctx: Any) -> tuple[Any, Any]:
+        """(session record, DispatchSession) of the request, authorised again."""
+        request = ctx.request
+        if not isinstance(request, Request):
+            raise MCPError(code=types.INVALID_REQUEST, message="no HTTP request in context")
+        session_id = request.path_params.get("session_id", "")
+        sessions = self.runtime.sessions
+        try:
+            record = sessions.get(principal_of(request.scope), session_id)
+            return record, sessions.dispatch_session(record)
+        except ApiError as exc:
+            raise MCPError(code=types.INVALID_PARAMS, message=exc.message) from None
+
+    async def _list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
+        _, dispatch_session = self._session(ctx)
+        definitions = self.runtime.dispatcher.definitions_for(dispatch_session)
+        return types.ListToolsResult(
+            tools=[
+                types.Tool(
+                    name=d.name,
+                    description=d.description,
+                    input_schema=d.input_schema,
+                    annotations=types.ToolAnnotations(
+                        read_only_hint=d.side_effects.value in ("none", "read"),
+                        open_world_hint=d.side_effects.value == "network",
+                    ),
+                )
+                for d in definitions
+            ]
+        )
+
+    async def _call_tool(
+        self, ctx: Any, params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        record, dispatch_session = self._session(ctx)
+        sessions = self.runtime.sessions
+        try:
+            sessions.check_storage()
+        except ApiError as exc:
+            raise MCPError(code=types.INTERNAL_ERROR, message=exc.message) from None
+        token = secrets.token_hex(8)
+        block = ToolUseBlock(
+            id=f"mcp_{token}", name=params.name, input=dict(params.arguments or {})
+        )
+        turn_id = f"mcp_{token}"
+        dispatcher = self.runtime.dispatcher
+        call = asyncio.ensure_future(dispatcher.dispatch(block, dispatch_session, turn_id=turn_id))
+        try:
+            step = 0
+            while not call.done():
+                await asyncio.wait({call}, timeout=self.progress_interval)
+                if call.done():
+                    break
+                step += 1
+                pending = [
+                    r for r in dispatcher.broker.pending(record.id) if r.tool_use_id == block.id
+                ]
+                if pending:
+                    r = pending[0]
+                    message = (
+                        f"waiting for confirmation {r.request_id}: answer with POST "
+                        f"/sessions/{record.id}/turns/{turn_id}/confirmations/{r.request_id}"
+                    )
+                else:
+                    message = f"{params.name} is running"
+                await ctx.session.report_progress(step, None, message)
+            result = call.result()
+        except BaseException:
+            # The MCP client cancelled (or the connection went): the call ends
+            # as cancelled on our side too, with its events.
+            call.cancel()
+            with contextlib.suppress(BaseException):
+                await asyncio.wait({call}, timeout=10)
+            raise
+        return _to_mcp(result)
+
+
+def _to_mcp(result: ToolResultBlock) -> types.CallToolResult:
+    content: list[types.TextContent | types.ImageContent] = []
+    for block in result.content:
+        if isinstance(block, TextBlock):
+            content.append(types.TextContent(type="text", text=block.text))
+        elif isinstance(block, ImageBlock):
+            content.append(
+                types.ImageContent(type="image", data=block.data, mime_type=block.media_type)
+            )
+    return types.CallToolResult(content=list(content), is_error=result.is_error)

@@ -1,0 +1,1 @@
+from tests.harness import server_factory  # noqa: F401

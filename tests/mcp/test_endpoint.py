@@ -1,0 +1,210 @@
+"""toolrelay as an MCP server, and consuming one, end to end: the real
+``toolrelay serve`` with the test MCP server configured over stdio, driven by
+the SDK's own client at ``/sessions/{id}/mcp`` while a second client answers
+confirmations over HTTP; ``GET /mcp-servers``; several calls at once."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import mcp_types as types
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from tests.harness import ServerFactory, ServerProcess
+from tests.mcp.support import stdio_command, until
+from tests.server.support import Stream
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def relay(server_factory: ServerFactory, tmp_path: Path) -> ServerProcess:
+    command, args = stdio_command()
+    srv_dir = tmp_path / "mcp-srv"
+    srv_dir.mkdir()
+    config = {
+        "mcp_servers": {
+            "t": {
+                "command": command,
+                "args": args,
+                "cwd": str(srv_dir),
+                "side_effects": "read",
+                "tools": {"write_note": {"side_effects": "write"}},
+            }
+        }
+    }
+    return server_factory(config)
+
+
+@asynccontextmanager
+async def mcp_client(relay: ServerProcess, session_id: str) -> AsyncIterator[Client]:
+    async with httpx2.AsyncClient(headers=relay.headers("mcp-agent"), timeout=60) as http:
+        transport = streamable_http_client(
+            f"{relay.base_url}/sessions/{session_id}/mcp", http_client=http
+        )
+        async with Client(transport, mode="legacy") as client:
+            yield client
+
+
+async def new_session(relay: ServerProcess, workspace: Path) -> str:
+    async with relay.client() as http:
+        r = await http.post("/sessions", json={"workspace": str(workspace)})
+        assert r.status_code == 201, r.text
+        return str(r.json()["id"])
+
+
+def text_of(result: types.CallToolResult) -> str:
+    return "".join(b.text for b in result.content if isinstance(b, types.TextContent))
+
+
+async def test_mcp_servers_route_and_tools_through_the_relay(
+    relay: ServerProcess, tmp_path: Path
+) -> None:
+    async with relay.client() as http:
+        r = await http.get("/mcp-servers")
+        assert r.status_code == 200
+        [state] = r.json()
+        assert state["name"] == "t" and state["state"] == "ready", state
+        assert "mcp_t_echo" in state["tools"] and state["restarts"] == 0
+        assert state["skipped"][0]["pointer"] == "/properties/pick/oneOf"
+        assert (
+            await http.get("/mcp-servers", headers={"Authorization": "Bearer nope"})
+        ).status_code == 401
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    sid = await new_session(relay, workspace)
+    async with mcp_client(relay, sid) as client:
+        listed = {t.name for t in (await client.list_tools()).tools}
+        assert {"read_file", "write_file", "mcp_t_echo", "mcp_t_lookup"} <= listed
+        assert "mcp_t_choose" not in listed
+        # An MCP tool behind toolrelay, called through toolrelay's MCP endpoint.
+        result = await client.call_tool("mcp_t_echo", {"text": "both ways"})
+        assert not result.is_error and text_of(result) == "echo: both ways"
+        bad = await client.call_tool("mcp_t_lookup", {"item": {}})
+        assert bad.is_error and "Invalid input" in text_of(bad)
+
+
+async def test_confirmation_answered_over_http_while_the_mcp_call_waits(
+    relay: ServerProcess, tmp_path: Path
+) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    sid = await new_session(relay, workspace)
+    progress: list[str] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append(message or "")
+
+    async with mcp_client(relay, sid) as client, relay.client("reviewer") as http:
+        call = asyncio.create_task(
+            client.call_tool(
+                "write_file",
+                {"path": "hello.txt", "content": "hi\n"},
+                progress_callback=on_progress,
+            )
+        )
+        pending: list[dict[str, Any]] = []
+
+        async def asked() -> bool:
+            nonlocal pending
+            pending = (await http.get(f"/sessions/{sid}/confirmations")).json()["confirmations"]
+            return bool(pending)
+
+        for _ in range(200):
+            if await asked():
+                break
+            await asyncio.sleep(0.05)
+        [request] = pending
+        assert request["tool_name"] == "write_file" and request["turn_id"].startswith("mcp_")
+        await until(lambda: any("waiting for confirmation" in p for p in progress), within=20)
+        assert not call.done()
+        r = await http.post(
+            f"/sessions/{sid}/turns/{request['turn_id']}/confirmations/{request['request_id']}",
+            json={"decision": "allow"},
+        )
+        assert r.status_code == 200, r.text
+        result = await asyncio.wait_for(call, 30)
+        assert not result.is_error, text_of(result)
+        assert (workspace / "hello.txt").read_text() == "hi\n"
+
+        # A deny comes back as an error result with the reason.
+        call = asyncio.create_task(
+            client.call_tool("write_file", {"path": "no.txt", "content": "x"})
+        )
+        for _ in range(200):
+            if await asked():
+                break
+            await asyncio.sleep(0.05)
+        [request] = pending
+        r = await http.post(
+            f"/sessions/{sid}/turns/{request['turn_id']}/confirmations/{request['request_id']}",
+            json={"decision": "deny", "message": "not in this repo"},
+        )
+        assert r.status_code == 200
+        result = await asyncio.wait_for(call, 30)
+        assert result.is_error and "not in this repo" in text_of(result)
+        assert not (workspace / "no.txt").exists()
+
+
+async def test_several_mcp_calls_run_at_once(relay: ServerProcess, tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    sid = await new_session(relay, workspace)
+    stream = await Stream.open(relay.ws_url(f"/sessions/{sid}/events", after=0))
+    try:
+        async with mcp_client(relay, sid) as client:
+            results = await asyncio.gather(
+                *(client.call_tool("mcp_t_slow", {"seconds": 1.5}) for _ in range(3))
+            )
+        assert all(not r.is_error for r in results)
+        kinds: list[str] = []
+        while kinds.count("tool.completed") < 3:
+            event = await stream.next()
+            if event["type"] in ("tool.called", "tool.completed"):
+                kinds.append(event["type"])
+        # All three started before the first one finished: they ran at once.
+        assert kinds[:3] == ["tool.called"] * 3
+    finally:
+        await stream.ws.close()
+
+
+async def test_stdio_bridge_and_mcp_list(relay: ServerProcess, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from mcp import StdioServerParameters
+
+    from tests.harness import REPO_ROOT
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    sid = await new_session(relay, workspace)
+    common = ["--url", relay.base_url, "--token", relay.token]
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "server.cli", "mcp", "serve", "--session", sid, *common],
+        cwd=str(REPO_ROOT),
+    )
+    async with Client(params, mode="legacy") as client:
+        names = {t.name for t in (await client.list_tools()).tools}
+        assert "mcp_t_echo" in names and "read_file" in names
+        result = await client.call_tool("mcp_t_echo", {"text": "over stdio"})
+        assert text_of(result) == "echo: over stdio"
+    listed = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "server.cli", "mcp", "list", *common],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO_ROOT,
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert "t  ready  restarts=0" in listed.stdout and "mcp_t_echo" in listed.stdout
+    assert "(not registered) choose" in listed.stdout

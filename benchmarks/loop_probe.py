@@ -11,7 +11,10 @@ At exit the probe writes ``{"samples": [[monotonic_ns, late_ns], ...],
 process on Linux, so the benchmark can pick the samples inside a turn.
 
 With ``BENCH_PROFILE=<path>`` in the environment the whole run is also
-profiled with cProfile and the stats are dumped to that path.
+profiled with cProfile and the stats are dumped to that path. With
+``BENCH_STALLS=<path>``, a watchdog thread records the main thread's stack
+whenever the loop has not ticked for :data:`STALL_NS` (what held it), and
+writes the stacks to that path at exit.
 """
 
 from __future__ import annotations
@@ -25,23 +28,29 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from typing import Any
 
 PERIOD = 0.002
 RECORD_ABOVE_NS = 200_000
 
+STALL_NS = 40_000_000
+
 _samples: list[tuple[int, int]] = []
 _ticks = 0
+_last_tick = time.monotonic_ns()
+_stalls: list[str] = []
 _tickers: set[asyncio.Task[None]] = set()
 
 
 async def _tick() -> None:
-    global _ticks
+    global _ticks, _last_tick
     period_ns = int(PERIOD * 1e9)
     while True:
         before = time.monotonic_ns()
         await asyncio.sleep(PERIOD)
-        late = time.monotonic_ns() - before - period_ns
+        _last_tick = now = time.monotonic_ns()
+        late = now - before - period_ns
         _ticks += 1
         if late > RECORD_ABOVE_NS:
             _samples.append((before, late))
@@ -64,12 +73,29 @@ class _ProbedPolicy(asyncio.DefaultEventLoopPolicy):
         return loop
 
 
+def _watch_stalls(main_id: int) -> None:
+    """Sample the main thread's stack while its loop is stalled (once per stall)."""
+    seen = 0
+    while True:
+        time.sleep(0.01)
+        stalled = time.monotonic_ns() - _last_tick
+        if stalled > STALL_NS and _ticks and seen != _last_tick:
+            frame = sys._current_frames().get(main_id)
+            if frame is not None:
+                stack = "".join(traceback.format_stack(frame)[-25:])
+                _stalls.append(f"--- stalled {stalled / 1e6:.0f} ms at {_last_tick}\n{stack}")
+                seen = _last_tick
+
+
 def main() -> None:
     out, module, *args = sys.argv[1:]
     # uvicorn re-raises the SIGTERM it handled once it has shut down; the default
     # action would end the process before the samples are written.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
     asyncio.set_event_loop_policy(_ProbedPolicy())
+    stalls_path = os.environ.get("BENCH_STALLS")
+    if stalls_path:
+        threading.Thread(target=_watch_stalls, args=(threading.get_ident(),), daemon=True).start()
     profile_path = os.environ.get("BENCH_PROFILE")
     profiler = cProfile.Profile() if profile_path else None
     sys.argv = [module, *args]
@@ -86,6 +112,9 @@ def main() -> None:
             profiler.dump_stats(str(profile_path))
         with open(out, "w", encoding="utf-8") as fh:
             json.dump({"samples": _samples, "ticks": _ticks}, fh)
+        if stalls_path:
+            with open(stalls_path, "w", encoding="utf-8") as fh:
+                fh.write("\n".join(_stalls))
     sys.exit(code)
 
 

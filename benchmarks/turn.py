@@ -353,7 +353,7 @@ async def measure(quick: bool, rounds: int | None = None, before: Path | None = 
     """Interleaved rounds of both scenarios on ours and the floor (and, with
     ``before``, ours run from another source tree: the same run's "before")."""
     rounds = rounds or (4 if quick else 15)
-    cold_rounds = 1 if quick else 3
+    cold_rounds = 1 if quick else 5
     section = Section("turn")
     with tempfile.TemporaryDirectory(prefix="toolrelay-turn-") as tmp:
         root = Path(tmp)

@@ -40,6 +40,7 @@ from dispatcher.errors import (
     ToolUserDenied,
     ToolValidationError,
 )
+from dispatcher.event_output import DEFAULT_MAX_EVENT_OUTPUT_BYTES, bounded_blocks, bounded_text
 from dispatcher.policy import ConfirmMode, PolicyQuery, sandbox_floor
 from dispatcher.publisher import EventPublisher, NullPublisher
 from dispatcher.registry import RegisteredTool, ToolRegistry
@@ -61,9 +62,6 @@ DEFAULT_CANCEL_GRACE = 30.0  # how long a cancelled tool may take before it is a
 CLEANUP_TIMEOUT = 5.0  # bound on a tool's own cancel() during cleanup
 SUMMARY_CHARS = 200
 PREVIEW_CHARS = 8_000
-# Tool output one event carries at most; the full result goes to the
-# conversation (and the turn record) once, not into every subscriber's queue.
-DEFAULT_MAX_EVENT_OUTPUT_BYTES = 64 * 1024
 _EMPTY: Mapping[str, Any] = {}
 
 
@@ -440,16 +438,11 @@ class ToolDispatcher:
     def _emit_output(
         self, session_id: str, turn_id: str, tool_use_id: str, stream: str, text: str
     ) -> None:
-        data: dict[str, Any] = {"tool_use_id": tool_use_id, "stream": stream, "text": text}
-        # Cheap test first: a str never encodes to more than 4 bytes per char.
-        if len(text) * 4 > self.max_event_output_bytes:
-            size = _utf8_size(text)
-            if size > self.max_event_output_bytes:
-                data["text"] = _cut_text(text, self.max_event_output_bytes) + _marker(
-                    self.max_event_output_bytes, size
-                )
-                data["truncated"] = True
-                data["output_bytes"] = size
+        shown, size = bounded_text(text, self.max_event_output_bytes)
+        data: dict[str, Any] = {"tool_use_id": tool_use_id, "stream": stream, "text": shown}
+        if size is not None:
+            data["truncated"] = True
+            data["output_bytes"] = size
         self._publish("tool.output_delta", data, session_id=session_id, turn_id=turn_id)
 
     # -- outcomes ---------------------------------------------------------
@@ -464,7 +457,9 @@ class ToolDispatcher:
         started: float,
     ) -> ToolResultBlock:
         duration_ms = round((time.perf_counter() - started) * 1000, 3)
-        content, output_bytes, truncated = _event_content(output, self.max_event_output_bytes)
+        content, output_bytes, truncated = bounded_blocks(
+            [b.model_dump() for b in output.content], self.max_event_output_bytes
+        )
         if not output.success:
             # A handled failure the tool reported as a value, not an exception.
             self._publish(
@@ -473,7 +468,7 @@ class ToolDispatcher:
                     "tool_use_id": tool_use.id,
                     "tool_name": entry.name,
                     "error_class": ToolErrorClass.EXECUTION_ERROR.value,
-                    "message": _bounded_text(_output_text(output), self.max_event_output_bytes),
+                    "message": bounded_text(_output_text(output), self.max_event_output_bytes)[0],
                     "duration_ms": duration_ms,
                     "partial_output": None,
                     "metadata": output.metadata,
@@ -601,69 +596,6 @@ async def _cleanup(tool: Tool, label: str) -> None:
 
 def _output_text(output: ToolOutput) -> str:
     return "".join(b.text for b in output.content if isinstance(b, TextBlock))
-
-
-def _utf8_size(text: str) -> int:
-    # surrogatepass: tool text may hold lone surrogates (undecodable file names).
-    return len(text.encode("utf-8", "surrogatepass"))
-
-
-def _cut_text(text: str, limit: int) -> str:
-    """The longest prefix of ``text`` whose UTF-8 form fits in ``limit`` bytes."""
-    cut = text[:limit]
-    size = _utf8_size(cut)
-    # Each pass shrinks by the ratio of the overshoot; a few passes at most.
-    while size > limit:
-        cut = cut[: max(0, len(cut) * limit // size - 1)]
-        size = _utf8_size(cut)
-    return cut
-
-
-def _marker(shown: int, total: int) -> str:
-    return (
-        f"\n[output truncated in this event: {shown} of {total} bytes; "
-        "the full result is in the conversation and the turn record]"
-    )
-
-
-def _bounded_text(text: str, limit: int) -> str:
-    if len(text) * 4 <= limit:
-        return text
-    size = _utf8_size(text)
-    return text if size <= limit else _cut_text(text, limit) + _marker(limit, size)
-
-
-def _event_content(output: ToolOutput, limit: int) -> tuple[list[dict[str, Any]], int, bool]:
-    """The result blocks an event carries: ``(blocks, full size in bytes, truncated)``.
-
-    Past ``limit`` bytes (text as UTF-8, images as their base64 data) text is cut
-    and images that do not fit are left out, and a text block says so.
-    """
-    sizes = [
-        _utf8_size(b.text) if isinstance(b, TextBlock) else len(b.data) for b in output.content
-    ]
-    total = sum(sizes)
-    if total <= limit:
-        return [b.model_dump() for b in output.content], total, False
-    blocks: list[dict[str, Any]] = []
-    budget = limit
-    omitted_images = 0
-    for block, size in zip(output.content, sizes, strict=True):
-        if isinstance(block, TextBlock):
-            if budget > 0:
-                text = block.text if size <= budget else _cut_text(block.text, budget)
-                blocks.append({"type": "text", "text": text})
-                budget -= size if size <= budget else budget
-        elif size <= budget:
-            blocks.append(block.model_dump())
-            budget -= size
-        else:
-            omitted_images += 1
-    note = _marker(limit - budget, total).lstrip("\n")
-    if omitted_images:
-        note = note[:-1] + f"; {omitted_images} image(s) left out]"
-    blocks.append({"type": "text", "text": note})
-    return blocks, total, True
 
 
 def _error_result(tool_use_id: str, text: str) -> ToolResultBlock:

@@ -43,14 +43,14 @@ def marker(shown: int, total: int) -> str:
     )
 
 
-def bounded_text(text: str, limit: int) -> tuple[str, int, bool]:
-    """``(text as an event carries it, full size, truncated)``."""
+def bounded_text(text: str, limit: int) -> tuple[str, int | None]:
+    """``(text as an event carries it, its full size if it was cut else None)``."""
     if len(text) * 4 <= limit:  # no str of this length can exceed the limit
-        return text, -1, False
+        return text, None
     size = utf8_size(text)
     if size <= limit:
-        return text, size, False
-    return cut_text(text, limit) + marker(limit, size), size, True
+        return text, None
+    return cut_text(text, limit) + marker(limit, size), size
 
 
 def bounded_blocks(

@@ -360,7 +360,7 @@ class _Turn:
 
 def _append(ctx: TurnContext, message: Message) -> None:
     ctx.append_message(message)
-    ctx.publish("message.completed", {"message": message.model_dump(mode="json")})
+    ctx.publish_message(message)
 
 
 def _failed(

@@ -260,6 +260,7 @@ class Config(_Section):
         for name in value:
             check_server_name(name)
         return value
+
     # Absolute paths of the files this configuration was read from: secrets
     # live there (tokens), so no workspace may contain them and no sandbox
     # may see them. Set by load_config.

@@ -35,10 +35,11 @@ from mcp import MCPError
 from mcp.server.lowlevel.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.requests import Request
+from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
 from adapters.canonical import ImageBlock, TextBlock, ToolResultBlock, ToolUseBlock
-from server.errors import ApiError
+from server.errors import ApiError, error_body
 from server.middleware import principal_of
 
 if TYPE_CHECKING:
@@ -63,15 +64,29 @@ class McpEndpoint:
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
         )
-        self.manager = StreamableHTTPSessionManager(self.server, session_idle_timeout=3600)
+        self.manager: StreamableHTTPSessionManager | None = None
 
     @contextlib.asynccontextmanager
     async def run(self) -> AsyncIterator[None]:
-        async with self.manager.run():
-            yield
+        # A session manager runs once; a new one per lifespan lets an app be
+        # started again (tests do).
+        manager = StreamableHTTPSessionManager(self.server, session_idle_timeout=3600)
+        async with manager.run():
+            self.manager = manager
+            try:
+                yield
+            finally:
+                self.manager = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self.manager.handle_request(scope, receive, send)
+        manager = self.manager
+        if manager is None:
+            response = JSONResponse(
+                error_body("unavailable", "the MCP endpoint is not running"), status_code=503
+            )
+            await response(scope, receive, send)
+            return
+        await manager.handle_request(scope, receive, send)
 
     # -- handlers ---------------------------------------------------------
 

@@ -31,6 +31,7 @@ from dispatcher.memory_store import MemoryStore
 from dispatcher.reaper import child_reaper
 from dispatcher.sandbox import SandboxConfig, SandboxUnavailable, configure
 from dispatcher.tools import builtin_tool_factories, knowledge_tool_factories
+from dispatcher.tools.code.index import FilesModifiedTap
 from dispatcher.tools.shell import MAX_TIMEOUT as SHELL_MAX_TIMEOUT
 from eventbus import EventBus, EventBusError, EventLog
 from server.auth import TOKEN_FILE, TokenRegistry
@@ -135,7 +136,8 @@ class Runtime:
         await self._bus.start()
         await self.observer.start(self._bus)
         self._dispatcher = ToolDispatcher(
-            self._bus,
+            # The tap tells the code index which files tool calls modified.
+            FilesModifiedTap(self._bus),
             broker=ConfirmationBroker(),
             cancel_grace=cfg.dispatcher.cancel_grace,
             max_event_output_bytes=cfg.events.max_event_output_bytes,

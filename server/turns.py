@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from adapters.canonical import Message, ToolResultBlock, ToolUseBlock, text_result
 from dispatcher import DispatchSession, ToolDispatcher
+from dispatcher.event_output import event_message
 from dispatcher.publisher import EventPublisher
 from server.store import MessageRecord
 
@@ -40,6 +41,14 @@ class TurnContext:
 
     def publish(self, type: str, data: dict[str, Any]) -> None:
         self.publisher.publish(type, data, session_id=self.session_id, turn_id=self.turn_id)
+
+    def publish_message(self, message: Message) -> None:
+        """``message.completed`` for an appended message, its tool results cut to
+        the events' output limit (the conversation keeps them whole)."""
+        limit = self.dispatcher.max_event_output_bytes
+        self.publish(
+            "message.completed", {"message": event_message(message.model_dump(mode="json"), limit)}
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +104,7 @@ class ToolUsesRunner:
             raise
         tool_message = Message(role="tool", content=list(results))
         ctx.append_message(tool_message)
-        ctx.publish("message.completed", {"message": tool_message.model_dump(mode="json")})
+        ctx.publish_message(tool_message)
         return TurnOutcome(results=results)
 
 

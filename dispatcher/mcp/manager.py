@@ -103,6 +103,7 @@ class McpConnection:
         self._dead = asyncio.Event()
         self._relist = asyncio.Event()
         self._stopping = False
+        self._stop = asyncio.Event()
         self._private_dir: str | None = None
         self.task: asyncio.Task[None] | None = None
 
@@ -158,7 +159,9 @@ class McpConnection:
             self.status.next_retry_s = delay
             if self.status.error is None:
                 self.status.error = "the connection ended"
-            await asyncio.sleep(delay)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await self._stop.wait()  # a stop ends the backoff at once
         self.status.state = "stopped"
 
     async def _session(self) -> None:
@@ -246,6 +249,7 @@ class McpConnection:
 
     async def stop(self) -> None:
         self._stopping = True
+        self._stop.set()
         self._dead.set()
         task = self.task
         if task is not None and not task.done():

@@ -101,7 +101,10 @@ class McpTool:
         try:
             result = self._task.result()
         except asyncio.CancelledError:
-            raise ToolCancelled(f"{self.definition.name} was cancelled") from None
+            if context.cancel_event.is_set():
+                raise ToolCancelled(f"{self.definition.name} was cancelled") from None
+            # Not ours: the SDK's task group ended under the call (a transport failure).
+            raise self._connection.call_failed(ConnectionError("the connection was lost")) from None
         except MCPError as exc:
             raise self._connection.call_failed(exc) from None
         except Exception as exc:  # the transport's own errors (HTTP, a dead pipe)

@@ -60,7 +60,8 @@ async def delete_memory(memory_id: str, runtime: RuntimeDep, principal: Principa
         memory = await asyncio.to_thread(store.delete, memory_id, owner=owner)
     except MemoryNotFound:
         raise NotFound(f"memory {memory_id!r} not found") from None
-    if memory.session_id:
+    # Announced on the stream of the session that wrote it, while that exists.
+    if memory.session_id and runtime.store.get_session(memory.session_id) is not None:
         runtime.bus.publish(
             "memory.deleted",
             {

@@ -18,6 +18,8 @@ from clients.sdk import (
     ProtocolError,
     StreamGap,
     ToolCompleted,
+    Turn,
+    TurnFailedError,
     parse_event,
 )
 from clients.sdk.client import _error_fields, _find_resolution
@@ -210,3 +212,15 @@ def test_stream_url_carries_cursor_and_name_not_token() -> None:
     assert EventStream("http://h:1", "x" * 16).url == "ws://h:1/events"
     with pytest.raises(ValueError, match="after must be >= 0"):
         EventStream("http://h:1", "x" * 16, after=-1)
+
+
+def test_a_failed_turn_raises_with_its_reason_and_message() -> None:
+    message = "model call 1 failed: cannot reach the provider: connection refused"
+    turn = Turn(id="turn_1", status="failed", reason="model_error", message=message)
+    with pytest.raises(TurnFailedError) as caught:
+        turn.raise_for_status()
+    assert caught.value.reason == "model_error" and caught.value.failure == message
+    assert str(caught.value) == f"turn turn_1 failed: model_error: {message}"
+    assert caught.value.turn is turn
+    done = Turn(id="turn_2", status="completed")
+    assert done.raise_for_status() is done

@@ -8,7 +8,14 @@ import pytest
 
 from clients.sdk import AnyEvent, parse_event
 from clients.tui.app import parse_tool_command
-from clients.tui.transcript import MessageEntry, ToolCallEntry, Transcript, is_expired
+from clients.tui.transcript import (
+    MessageEntry,
+    NoteEntry,
+    ToolCallEntry,
+    Transcript,
+    is_expired,
+    time_left,
+)
 
 
 class Feed:
@@ -191,3 +198,21 @@ def test_each_streamed_assistant_message_gets_its_own_entry() -> None:
     )
     shown = [(e.text, e.streaming) if isinstance(e, MessageEntry) else e.key for e in t.entries]
     assert shown == [("Running.", False), "tool:tu9", ("Done.", False)]
+
+
+def test_a_failed_turn_shows_its_reason_and_message() -> None:
+    feed, t = Feed(), Transcript()
+    t.apply(feed("turn.started", {}))
+    message = "model call 1 failed: anthropic: auth (HTTP 401): invalid x-api-key"
+    changed = t.apply(feed("turn.failed", {"reason": "model_error", "message": message}))
+    note = t.entry(changed[-1])
+    assert isinstance(note, NoteEntry) and note.level == "error"
+    assert note.text == f"turn turn_1 failed: model_error: {message}"
+
+
+def test_time_left_reads_as_a_countdown() -> None:
+    now = datetime(2025, 1, 1, tzinfo=UTC)
+    assert time_left("2025-01-01T00:04:05Z", now) == "4 min 05 s left"
+    assert time_left("2025-01-01T00:00:12Z", now) == "12 s left"
+    assert time_left("2024-12-31T23:59:59Z", now) == "expired"
+    assert time_left("soon", now) == "expires soon"

@@ -9,6 +9,7 @@ import pytest
 
 from adapters.canonical import ImageBlock, SideEffects, TextBlock, ToolDefinition, ToolUseBlock
 from dispatcher import DispatchSession, ToolDispatcher
+from dispatcher.event_output import event_message
 from dispatcher.tool import ToolContext, ToolOutput
 from tests.dispatcher.support import EchoTool, RecordingPublisher, schema
 
@@ -105,3 +106,26 @@ async def test_images_that_fit_are_kept(
 def test_the_limit_must_be_positive() -> None:
     with pytest.raises(ValueError, match="max_event_output_bytes"):
         ToolDispatcher(max_event_output_bytes=0)
+
+
+def test_a_tool_message_event_shares_the_limit_among_its_results() -> None:
+    big = "é" * 10_000  # 20 000 bytes
+    message = {
+        "role": "tool",
+        "content": [
+            {"type": "tool_result", "tool_use_id": "a", "content": [{"type": "text", "text": big}]},
+            {"type": "tool_result", "tool_use_id": "b", "content": [{"type": "text", "text": "k"}]},
+            {"type": "tool_result", "tool_use_id": "c", "is_error": True, "content": []},
+        ],
+    }
+    event = event_message(message, 3 * 2048)
+    first, second, third = event["content"]
+    # Each result gets a third of the limit; only the large one is cut.
+    assert first["truncated"] is True and first["output_bytes"] == 20_000
+    assert len(first["content"][0]["text"].encode()) <= 2048
+    assert "of 20000 bytes" in first["content"][-1]["text"]
+    assert second == message["content"][1] and third == message["content"][2]
+    assert message["content"][0]["content"][0]["text"] == big  # the input is untouched
+    # Messages without tool results pass as they are.
+    assistant = {"role": "assistant", "content": [{"type": "text", "text": big}]}
+    assert event_message(assistant, 10) == assistant

@@ -79,4 +79,33 @@ SAMPLES: dict[EventType, dict[str, Any]] = {
         "partial_output": "added 3 pack",
     },
     EventType.TOOLS_CHANGED: {"added": ["mcp_files_read"], "removed": [], "source": "mcp:files"},
+    EventType.MEMORY_ADDED: {
+        "memory_id": "mem_1",
+        "workspace": "/srv/work/demo",
+        "owner": "alice",
+        "tags": ["lint"],
+        "preview": "Run ruff check .",
+    },
+    EventType.MEMORY_REPLACED: {
+        "memory_id": "mem_1",
+        "workspace": "/srv/work/demo",
+        "owner": "alice",
+        "tags": [],
+        "preview": "Run make lint",
+        "previous_preview": "Run ruff check .",
+    },
+    EventType.MEMORY_DELETED: {
+        "memory_id": "mem_1",
+        "workspace": "/srv/work/demo",
+        "owner": "alice",
+        "tags": [],
+        "preview": "Run make lint",
+        "deleted_by": "alice",
+    },
+    EventType.MEMORY_CONSOLIDATED: {
+        "workspace": "/srv/work/demo",
+        "owner": "alice",
+        "removed": 1,
+        "merges": [{"kept_id": "mem_1", "merged_ids": ["mem_2"], "reason": "identical"}],
+    },
 }

@@ -346,3 +346,32 @@ async def test_cwd_inside_a_hidden_path_is_refused(
         assert "hides" in manager.states()[0]["error"]
     finally:
         await manager.stop()
+
+
+async def test_http_server_crash_mid_call_then_failed_with_reason(
+    dispatcher: ToolDispatcher,
+    server_dir: Path,
+    session: DispatchSession,
+    publisher: RecordingPublisher,
+) -> None:
+    with http_server(server_dir) as url:
+        manager = await started(dispatcher, McpServerConfig(url=url, side_effects=SideEffects.READ))
+        try:
+            result = await dispatcher.dispatch(use("mcp_t_crash", {}), session, turn_id="t")
+            assert result.is_error
+            assert publisher.events[-1].data["error_class"] == "execution_error"
+            # Nothing listens any more: reconnecting fails, with the reason shown.
+            await until(
+                lambda: (
+                    manager.states()[0]["restarts"] >= 1
+                    and manager.states()[0]["state"] == "failed"
+                ),
+                within=30,
+            )
+            assert manager.states()[0]["error"]
+            again = await dispatcher.dispatch(
+                use("mcp_t_echo", {"text": "x"}, "tu2"), session, turn_id="t"
+            )
+            assert again.is_error and "not connected" in texts(again)
+        finally:
+            await manager.stop()

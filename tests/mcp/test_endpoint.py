@@ -208,3 +208,94 @@ async def test_stdio_bridge_and_mcp_list(relay: ServerProcess, tmp_path: Path) -
     assert listed.returncode == 0, listed.stderr
     assert "t  ready  restarts=0" in listed.stdout and "mcp_t_echo" in listed.stdout
     assert "(not registered) choose" in listed.stdout
+
+
+async def test_crash_restart_and_list_change_seen_by_clients(
+    relay: ServerProcess, tmp_path: Path
+) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    sid = await new_session(relay, workspace)
+    stream = await Stream.open(relay.ws_url(f"/sessions/{sid}/events", after=0))
+    try:
+        async with mcp_client(relay, sid) as client, relay.client() as http:
+            crashed = await client.call_tool("mcp_t_crash", {})
+            assert crashed.is_error and "restarted" in text_of(crashed)
+            state: dict[str, Any] = {}
+            for _ in range(300):
+                [state] = (await http.get("/mcp-servers")).json()
+                if state["restarts"] >= 1 and state["state"] == "ready":
+                    break
+                await asyncio.sleep(0.05)
+            assert state["restarts"] >= 1 and state["state"] == "ready", state
+            # A list change reaches the registry, the event stream and tools/list.
+            grown = await client.call_tool("mcp_t_grow", {})
+            assert not grown.is_error
+            while True:
+                event = await stream.next()
+                if event["type"] == "tools.changed":
+                    break
+            assert event["data"] == {"added": ["mcp_t_extra"], "removed": [], "source": "mcp:t"}
+            names = {t.name for t in (await client.list_tools()).tools}
+            assert "mcp_t_extra" in names
+            tools = (await http.get(f"/sessions/{sid}/tools")).json()
+            assert "mcp_t_extra" in str(tools)
+    finally:
+        await stream.ws.close()
+
+
+async def test_mcp_client_cancelling_cancels_the_call(relay: ServerProcess, tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    sid = await new_session(relay, workspace)
+    stream = await Stream.open(relay.ws_url(f"/sessions/{sid}/events", after=0))
+    try:
+        async with mcp_client(relay, sid) as client:
+            call = asyncio.create_task(client.call_tool("mcp_t_slow", {"seconds": 30}))
+            while (await stream.next())["type"] != "tool.called":
+                pass
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+            while True:
+                event = await stream.next()
+                if event["type"] == "tool.failed":
+                    break
+            assert event["data"]["error_class"] == "cancelled"
+    finally:
+        await stream.ws.close()
+
+
+async def test_concurrent_mcp_calls_respect_the_session_cap(
+    server_factory: ServerFactory, tmp_path: Path
+) -> None:
+    command, args = stdio_command()
+    srv_dir = tmp_path / "mcp-srv"
+    srv_dir.mkdir()
+    relay = server_factory(
+        {
+            "dispatcher": {"max_concurrency": 2},
+            "mcp_servers": {
+                "t": {"command": command, "args": args, "cwd": str(srv_dir), "side_effects": "read"}
+            },
+        }
+    )
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    sid = await new_session(relay, workspace)
+    stream = await Stream.open(relay.ws_url(f"/sessions/{sid}/events", after=0))
+    try:
+        async with mcp_client(relay, sid) as client:
+            results = await asyncio.gather(
+                *(client.call_tool("mcp_t_slow", {"seconds": 1}) for _ in range(3))
+            )
+        assert all(not r.is_error for r in results)
+        kinds: list[str] = []
+        while kinds.count("tool.completed") < 3:
+            event = await stream.next()
+            if event["type"] in ("tool.called", "tool.completed"):
+                kinds.append(event["type"])
+        # Two ran at once; the third started only after one of them ended.
+        assert kinds[:2] == ["tool.called"] * 2 and kinds[2] == "tool.completed"
+    finally:
+        await stream.ws.close()

@@ -17,7 +17,7 @@ import pytest
 
 from tests.harness import ServerProcess
 from tests.server.conftest import BASE_CONFIG, DEBUG_ENV
-from tests.server.support import Stream, new_session, result_text, start_turn, use, wait_turn
+from tests.server.support import Stream, new_session, result_text, start_turn, wait_turn
 
 ALICE = "alice-mem-" + secrets.token_hex(12)
 BOB = "bob-mem-" + secrets.token_hex(12)
@@ -46,8 +46,9 @@ def mem_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProce
         shutil.rmtree(root, ignore_errors=True)
 
 
-async def _call(http: httpx2.AsyncClient, sid: str, name: str, **input: Any) -> dict[str, Any]:
-    tid = await start_turn(http, sid, use("t_" + secrets.token_hex(4), name, **input))
+async def _call(http: httpx2.AsyncClient, sid: str, tool: str, **input: Any) -> dict[str, Any]:
+    call = {"id": "t_" + secrets.token_hex(4), "name": tool, "input": input}
+    tid = await start_turn(http, sid, call)
     turn = await wait_turn(http, sid, tid)
     assert turn["status"] == "completed", turn
     result: dict[str, Any] = turn["results"][0]
@@ -79,8 +80,6 @@ async def test_a_memory_outlives_its_session_and_stays_with_its_owner(
             assert mid in result_text(added)
             assert event["data"]["owner"] == "alice" and event["data"]["tags"] == ["lint"]
             assert stream.of("tool.confirmation_requested") == []
-        await alice.delete(f"/sessions/{first}")
-
         # A later session of the same workspace and owner finds it.
         later = await new_session(alice, workspace)
         found = await _call(alice, later, "memory_search", query="linter")
@@ -141,3 +140,29 @@ async def test_code_tools_in_a_session_on_the_sample_repository(
         assert "go/main.go:10" in result_text(refs)
         doc = await _call(alice, sid, "retrieve_doc", query="where are values stored")
         assert "docs/architecture.md" in result_text(doc)
+
+
+async def test_an_edit_through_the_server_shows_in_the_next_code_query(
+    mem_server: ServerProcess, tmp_path: Path
+) -> None:
+    repo = tmp_path / "sample"
+    shutil.copytree(SAMPLE, repo)
+    async with mem_server.client("admin-cli") as admin:
+        created = await admin.post(
+            "/sessions",
+            json={"workspace": str(repo), "policy": {"per_tool": {"patch_file": "auto"}}},
+        )
+        assert created.status_code == 201, created.text
+        sid = created.json()["id"]
+        before = await _call(admin, sid, "find_symbol", name="make_user")
+        assert "python/app/models.py:12 function make_user" in result_text(before)
+        patched = await _call(
+            admin, sid, "patch_file", path="python/app/models.py",
+            old_str="def make_user(", new_str="def build_user(",
+        )  # fmt: skip
+        assert patched["is_error"] is False
+        assert "no definition" in result_text(
+            await _call(admin, sid, "find_symbol", name="make_user")
+        )
+        after = await _call(admin, sid, "find_symbol", name="build_user")
+        assert "python/app/models.py:12 function build_user" in result_text(after)

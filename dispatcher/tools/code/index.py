@@ -8,13 +8,23 @@ descriptor (open_candidates), parsed with tree-sitter and folded into two
 inverted maps (name -> definitions, name -> referencing lines). Queries wait
 for the build, reporting progress, then answer from the maps.
 
-Freshness: every query first re-walks the workspace and compares each
-file's (mtime_ns, size), taken from the walk's own fstatat, with what was
-indexed (no file is opened unless it changed); files that changed, appeared or vanished are
-re-parsed or dropped. That covers edits through our tools (write_file,
-patch_file, apply_patch) and edits by anything else (a shell command, the
-user's editor) alike, without a hook into the dispatcher. ``rescan_interval``
-can space these checks out on very large repositories.
+Freshness, two ways:
+
+- Edits through our tools: ``FilesModifiedTap`` sits in front of the event
+  bus (the server builds the dispatcher with it) and, for every
+  ``tool.completed`` with ``files_modified``, marks those files dirty in the
+  index of the session's workspace. The next query re-reads just them (a
+  new file, whose .gitignore status a full walk decides, triggers a full
+  check instead). So write_file, patch_file, apply_patch and git tools are
+  reflected in the very next answer, at the cost of a stat per file.
+- Edits by anything else (a shell command, the user's editor): a full check
+  re-walks the workspace and compares each file's (mtime_ns, size), taken
+  from the walk's own fstatat, with what was indexed (no file is opened
+  unless it changed). It runs before a query when the last one is older than
+  ten times its own duration (at most 5 s): on a small repository that is
+  every query, on 10,000 files about every 2 s, so checking never costs more
+  than about a tenth of the time. The ``rescan_interval`` option fixes the
+  interval instead (0: check before every query).
 """
 
 from __future__ import annotations
@@ -22,14 +32,16 @@ from __future__ import annotations
 import contextlib
 import os
 import posixpath
+import stat
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from dispatcher.errors import ToolError
+from dispatcher.publisher import EventPublisher
 from dispatcher.tools.code.extract import FileFacts, Import, Symbol, extract
 from dispatcher.tools.code.languages import language_for
 from dispatcher.tools.search_files import (
@@ -43,6 +55,10 @@ from dispatcher.workspace import WorkspaceFileAPI
 MAX_FILE_BYTES = 1024 * 1024  # larger files are generated or vendored: not parsed
 MAX_FILES = 100_000
 MAX_INDEXES = 8  # workspaces kept in memory at once (least recently used dropped)
+# The automatic full-check interval: this many times the last check's duration ...
+AUTO_INTERVAL_FACTOR = 10.0
+AUTO_INTERVAL_MAX = 5.0  # ... but never longer than this (seconds)
+MAX_TRACKED_SESSIONS = 4096
 
 
 @dataclass(slots=True)
@@ -89,6 +105,11 @@ class CodeIndex:
         self._defs: dict[str, dict[str, list[Symbol]]] = {}
         self._refs: dict[str, dict[str, tuple[int, ...]]] = {}
         self._last_refresh = 0.0
+        self._scan_seconds = 0.0  # how long the last full check took
+        # Files our tools modified since the last refresh (FilesModifiedTap);
+        # its own lock, as the tap runs on the event loop and must not wait.
+        self._dirty: set[str] = set()
+        self._dirty_lock = threading.Lock()
         self.skipped: dict[str, str] = {}
         self.truncated = False
         self.go_modules: dict[str, str] = {}  # folder of a go.mod -> its module path
@@ -97,6 +118,10 @@ class CodeIndex:
 
     def start(self) -> None:
         """Start the background build unless it is running or done."""
+        # Unlocked first look: called on the event loop, it must not wait
+        # for a build or a refresh that holds the lock.
+        if self._thread is not None and self.progress.state in ("building", "ready"):
+            return
         with self._lock:
             if self._thread is not None and self.progress.state in ("building", "ready"):
                 return
@@ -122,6 +147,7 @@ class CodeIndex:
             with self._lock:
                 self._scan(on_progress=self._set_progress)
                 self._last_refresh = time.monotonic()
+                self._scan_seconds = time.perf_counter() - started
                 self.progress.state = "ready"
         except Exception as exc:  # the build thread must report, not die silently
             self.progress.state = "failed"
@@ -133,17 +159,70 @@ class CodeIndex:
     def _set_progress(self, done: int, total: int) -> None:
         self.progress.done, self.progress.total = done, total
 
-    def refresh(self, *, min_interval: float = 0.0) -> RefreshStats | None:
-        """Bring the index up to date with the files on disk (see the module
-        docstring); None if the last check is younger than ``min_interval``."""
+    def mark_dirty(self, paths: Iterable[str]) -> None:
+        """Note files our tools modified: the next refresh re-reads them."""
+        with self._dirty_lock:
+            self._dirty.update(paths)
+
+    def refresh(self, *, min_interval: float | None = None) -> RefreshStats | None:
+        """Bring the index up to date (see the module docstring): the dirty
+        files, and everything when the last full check is older than
+        ``min_interval`` (None: the automatic interval). None if nothing
+        was checked."""
         with self._lock:
             if self.progress.state != "ready":
                 return None
-            if min_interval > 0 and time.monotonic() - self._last_refresh < min_interval:
-                return None
-            stats = self._scan(on_progress=None)
-            self._last_refresh = time.monotonic()
-            return stats
+            with self._dirty_lock:
+                dirty, self._dirty = self._dirty, set()
+            dirty = {p for p in dirty if language_for(p) is not None}
+            if min_interval is None:
+                min_interval = min(AUTO_INTERVAL_MAX, AUTO_INTERVAL_FACTOR * self._scan_seconds)
+            due = time.monotonic() - self._last_refresh >= min_interval
+            if due or any(p not in self._files for p in dirty):
+                started = time.perf_counter()
+                stats = self._scan(on_progress=None)
+                self._scan_seconds = time.perf_counter() - started
+                self._last_refresh = time.monotonic()
+                return stats
+            if dirty:
+                return self._refresh_paths(sorted(dirty))
+            return None
+
+    def _refresh_paths(self, paths: list[str]) -> RefreshStats:
+        """Re-read indexed files named by a tool: changed ones re-parsed,
+        vanished or no longer regular ones dropped."""
+        ws = self._workspace()
+        stats = RefreshStats(checked=len(paths))
+        for rel in paths:
+            try:
+                fd = ws.open_file(rel, os.O_RDONLY | os.O_NONBLOCK)
+            except (ToolError, OSError):
+                self._remove(rel)
+                stats.removed.append(rel)
+                continue
+            try:
+                st = os.fstat(fd)
+                known = self._files.get(rel)
+                if known is not None and (known.mtime_ns, known.size) == (
+                    st.st_mtime_ns,
+                    st.st_size,
+                ):
+                    continue
+                data = (
+                    read_fd(fd, self.max_file_bytes)
+                    if stat.S_ISREG(st.st_mode) and st.st_size <= self.max_file_bytes
+                    else None
+                )
+            finally:
+                os.close(fd)
+            self._remove(rel)
+            language = language_for(rel)
+            if data is None or language is None:
+                stats.removed.append(rel)
+                continue
+            self._add(rel, _Indexed(st.st_mtime_ns, st.st_size, extract(language, data)))
+            stats.updated.append(rel)
+        return stats
 
     def _scan(self, on_progress: Callable[[int, int], None] | None) -> RefreshStats:
         ws = self._workspace()
@@ -521,6 +600,53 @@ def index_for(root: str) -> CodeIndex:
         else:
             _registry.move_to_end(root)
         return index
+
+
+_session_roots: OrderedDict[str, str] = OrderedDict()
+
+
+def note_session(session_id: str, root: str) -> None:
+    """Remember which workspace a session's code tools index, so the tap can
+    route that session's modified files to it."""
+    with _registry_lock:
+        _session_roots[session_id] = root
+        _session_roots.move_to_end(session_id)
+        while len(_session_roots) > MAX_TRACKED_SESSIONS:
+            _session_roots.popitem(last=False)
+
+
+def note_modified(session_id: str, paths: Iterable[str]) -> None:
+    """Mark files a session's tool modified as dirty in its workspace's index
+    (nothing if that session has no index)."""
+    with _registry_lock:
+        root = _session_roots.get(session_id)
+        index = _registry.get(root) if root is not None else None
+    if index is not None:
+        index.mark_dirty(paths)
+
+
+class FilesModifiedTap:
+    """An event publisher in front of another (the bus): passes every event
+    on unchanged and, for ``tool.completed`` with ``files_modified``, tells
+    the code index of the session's workspace. Cheap enough for the event
+    loop: a dict look-up and a set update."""
+
+    def __init__(self, inner: EventPublisher) -> None:
+        self._inner = inner
+
+    def publish(
+        self,
+        type: str,
+        data: Mapping[str, Any],
+        *,
+        session_id: str,
+        turn_id: str | None = None,
+    ) -> None:
+        if type == "tool.completed":
+            files = data.get("files_modified")
+            if files:
+                note_modified(session_id, files)
+        self._inner.publish(type, data, session_id=session_id, turn_id=turn_id)
 
 
 def forget(root: str) -> None:

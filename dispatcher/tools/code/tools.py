@@ -4,7 +4,9 @@ Read-only tools over the tree-sitter facts of the workspace's source files
 (Python, JavaScript, TypeScript/TSX, Go, Rust, Java). ``list_symbols`` parses
 the one file it is given; the other three answer from the workspace's shared
 index (index.py), which the first call builds in the background while it
-streams progress as ``tool.output_delta`` events on the ``progress`` stream.
+streams progress as ``tool.output_delta`` events on the ``progress`` stream;
+later calls get it refreshed first (files our tools modified, reported by the
+server's FilesModifiedTap, and a periodic full check for everything else).
 
 Each result is text for the model plus the same data, structured, in the
 output's ``metadata`` (and in ``tool.completed.data.metadata``); the shape is
@@ -26,7 +28,7 @@ from adapters.canonical import SideEffects, ToolDefinition
 from dispatcher.errors import ToolExecutionError
 from dispatcher.tool import ToolContext, ToolOutput
 from dispatcher.tools.code.extract import extract
-from dispatcher.tools.code.index import CodeIndex, index_for
+from dispatcher.tools.code.index import CodeIndex, index_for, note_session
 from dispatcher.tools.code.languages import EXTENSIONS, language_for
 from dispatcher.tools.common import (
     Options,
@@ -72,6 +74,7 @@ async def ready_index(context: ToolContext) -> CodeIndex:
     """The workspace's index, built (first call: in the background, with
     progress events while this call waits) and checked for changed files."""
     index = index_for(context.workspace_files.workspace_root)
+    note_session(context.session_id, index.root)
     index.start()
     waited = False
     last: tuple[int, int] | None = None
@@ -94,9 +97,11 @@ async def ready_index(context: ToolContext) -> CodeIndex:
             "progress", f"indexed {index.file_count} source files in {p.seconds:g} s\n"
         )
     else:
-        interval = Options("code", context.options).number(
-            "rescan_interval", 0.0, minimum=0.0, maximum=3600.0
-        )
+        interval: float | None = None
+        if "rescan_interval" in context.options:
+            interval = Options("code", context.options).number(
+                "rescan_interval", 0.0, minimum=0.0, maximum=3600.0
+            )
         await anyio.to_thread.run_sync(lambda: index.refresh(min_interval=interval))
     return index
 
@@ -214,7 +219,11 @@ class FindSymbolTool:
         name: str = input["name"]
         under = _scope(context.workspace_files, input.get("path"))
         index = await ready_index(context)
-        found = index.definitions(name, kind=input.get("kind"), under=under)
+        # Off the loop: the look-up takes the index's lock, which another
+        # session's freshness check may hold for a moment.
+        found = await anyio.to_thread.run_sync(
+            lambda: index.definitions(name, kind=input.get("kind"), under=under)
+        )
         defs = [{"file": rel, **sym.to_json()} for rel, sym in found]
         if defs:
             text = "\n".join(
@@ -291,10 +300,10 @@ class FindReferencesTool:
         limit: int = input.get("max_results", 200)
         under = _scope(context.workspace_files, input.get("path"))
         index = await ready_index(context)
-        by_file = index.references(name, under=under)
-        total = sum(len(lines) for _, lines in by_file)
 
-        def render() -> list[dict[str, Any]]:
+        def render() -> tuple[list[dict[str, Any]], int]:
+            by_file = index.references(name, under=under)
+            total = sum(len(lines) for _, lines in by_file)
             out: list[dict[str, Any]] = []
             for rel, lines in by_file:
                 if len(out) >= limit:
@@ -313,9 +322,9 @@ class FindReferencesTool:
                             "context_start": lo,
                         }
                     )
-            return out
+            return out, total
 
-        refs = await anyio.to_thread.run_sync(render)
+        refs, total = await anyio.to_thread.run_sync(render)
         if refs:
             text = "\n".join(f"{r['file']}:{r['line']}: {r['text'].strip()}" for r in refs)
         else:

@@ -228,7 +228,7 @@ async def test_list_symbols_refuses_what_it_cannot_parse(repo: WorkspaceFileAPI)
         await run_tool(ListSymbolsTool, {"path": "docs/architecture.md"}, repo)
     with pytest.raises(ToolError, match="does not exist"):
         await run_tool(ListSymbolsTool, {"path": "nope.py"}, repo)
-    with pytest.raises(ToolError, match="outside|escape"):
+    with pytest.raises(ToolError, match=r"outside|escape"):
         await run_tool(ListSymbolsTool, {"path": "../../etc/passwd"}, repo)
 
 
@@ -248,7 +248,8 @@ async def test_dependency_graph_resolves_imports_per_language(repo: WorkspaceFil
         ("java/src/com/example/Inventory.java", "external:java.util.List"),
     }
     internal = await run_tool(
-        DependencyGraphTool, {"path": "python/main.py", "depth": 2, "include_external": False},
+        DependencyGraphTool,
+        {"path": "python/main.py", "depth": 2, "include_external": False},
         repo,
     )
     assert [(e["from"], e["to"]) for e in internal.metadata["edges"]] == [

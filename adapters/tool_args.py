@@ -22,6 +22,12 @@ def parse_tool_arguments(raw: str) -> tuple[dict[str, Any], str | None]:
         return {}, (
             f"tool arguments are not valid JSON ({exc.msg} at position {exc.pos}): {_snippet(raw)}"
         )
+    except RecursionError:
+        # Thousands of nested brackets: more than the parser (or any tool) takes.
+        return {}, (
+            "tool arguments nest too deeply to be read (they break the nesting depth "
+            f"limit of tool input): {_snippet(raw)}"
+        )
     if not isinstance(value, dict):
         return {}, (
             f"tool arguments must be a JSON object, got {_json_type(value)}: {_snippet(raw)}"

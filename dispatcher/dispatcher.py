@@ -531,19 +531,20 @@ class ToolDispatcher:
     ) -> ToolResultBlock:
         err.tool_use_id = tool_use.id
         partial_output = err.partial_output
-        self._publish(
-            "tool.failed",
-            {
-                "tool_use_id": tool_use.id,
-                "tool_name": tool_use.name,
-                "error_class": err.error_class.value,
-                "message": err.message,
-                "duration_ms": round((time.perf_counter() - started) * 1000, 3),
-                "partial_output": partial_output,
-            },
-            session_id=session.session_id,
-            turn_id=turn_id,
-        )
+        data: dict[str, Any] = {
+            "tool_use_id": tool_use.id,
+            "tool_name": tool_use.name,
+            "error_class": err.error_class.value,
+            "message": bounded_text(err.message, self.max_event_output_bytes)[0],
+            "duration_ms": round((time.perf_counter() - started) * 1000, 3),
+            "partial_output": partial_output,
+        }
+        if partial_output:
+            # The event carries at most max_event_output_bytes of it; the result keeps all.
+            shown, size = bounded_text(partial_output, self.max_event_output_bytes)
+            if size is not None:
+                data.update(partial_output=shown, truncated=True, output_bytes=size)
+        self._publish("tool.failed", data, session_id=session.session_id, turn_id=turn_id)
         text = err.message
         if partial_output:
             text += f"\n\nOutput before it stopped:\n{partial_output}"

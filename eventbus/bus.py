@@ -377,19 +377,30 @@ class EventBus:
                 # while it is in flight, new events queue up for the next one.
                 batch = self._pending[: self._max_batch]
                 del self._pending[: self._max_batch]
+                fanned_out = False
                 if self._access is not None:
-                    await self._commit(batch)
+
+                    def committed(batch: list[EventRecord] = batch) -> None:
+                        nonlocal fanned_out
+                        fanned_out = self._deliver_now(batch)
+
+                    await self._commit(batch, committed)
                 self._committed += len(batch)
                 self._batches += 1
                 self._largest_batch = max(self._largest_batch, len(batch))
-                await self._deliver(batch)
+                if fanned_out:
+                    self._signal_progress()
+                else:
+                    await self._deliver(batch)
         except asyncio.CancelledError:
             self._fail(BusClosed("the event bus writer was cancelled"))
             raise
         except Exception as exc:
             self._fail(exc)
 
-    async def _commit(self, batch: list[EventRecord]) -> None:
+    async def _commit(
+        self, batch: list[EventRecord], on_commit: Callable[[], None] | None = None
+    ) -> None:
         """Commit one batch, riding out storage faults.
 
         A StorageFault (disk full, I/O error, read-only) wrote nothing of the
@@ -405,7 +416,7 @@ class EventBus:
         gave_up_at: float | None = None
         while True:
             try:
-                await self._access.append(batch)
+                await self._access.append(batch, on_commit)
             except StorageFault as exc:
                 first = self._fault is None
                 self._fault = exc
@@ -458,6 +469,19 @@ class EventBus:
             self._fan_out(chunk, size)
             self._delivered_seq = chunk[-1].seq
         self._signal_progress()
+
+    def _deliver_now(self, batch: list[EventRecord]) -> bool:
+        """Fan out a committed batch at once, from the log's reply callback,
+        when it is one chunk that every queue can take (the usual case); else
+        False, and the writer fans it out with ``_deliver``."""
+        if self._state == "closed" or len(batch) > self._fanout_chunk:
+            return False
+        size = _encoded_size(batch)
+        if size >= FANOUT_CHUNK_BYTES or self._someone_full(batch, size):
+            return False
+        self._fan_out(batch, size)
+        self._delivered_seq = batch[-1].seq
+        return True
 
     def _someone_full(self, chunk: list[EventRecord], size: int) -> bool:
         # Counted over the whole chunk: an upper bound for session and filtered

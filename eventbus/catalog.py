@@ -17,6 +17,7 @@ class EventType(StrEnum):
     TURN_CANCELLED = "turn.cancelled"
     MESSAGE_DELTA = "message.delta"
     MESSAGE_COMPLETED = "message.completed"
+    MODEL_RETRY = "model.retry"
     TOOL_CALLED = "tool.called"
     TOOL_INPUT_INVALID = "tool.input_invalid"
     TOOL_CONFIRMATION_REQUESTED = "tool.confirmation_requested"

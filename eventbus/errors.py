@@ -102,19 +102,34 @@ class SubscriberTooSlow(EventBusError):
 
     ``last_cursor`` is the cursor of the last event it was given (None if it
     was given none); resubscribing with ``after=last_cursor`` misses nothing.
+    ``max_bytes`` set: the queue's byte budget was exceeded (the message says
+    so); otherwise its count budget, ``max_queue`` events.
     """
 
-    def __init__(self, *, last_cursor: int | None, session_id: str | None, max_queue: int) -> None:
+    def __init__(
+        self,
+        *,
+        last_cursor: int | None,
+        session_id: str | None,
+        max_queue: int,
+        max_bytes: int | None = None,
+    ) -> None:
         resume = (
             f"resubscribe with after={last_cursor}" if last_cursor is not None else "resubscribe"
         )
+        behind = (
+            f"fell more than {max_queue} events behind (the queue's event count limit)"
+            if max_bytes is None
+            else f"fell more than {max_bytes} bytes of events behind (the queue's byte limit)"
+        )
         super().__init__(
-            f"subscriber to {_scope(session_id)} fell more than {max_queue} events behind and "
-            f"was cut off; {resume} to continue without a gap"
+            f"subscriber to {_scope(session_id)} {behind} and was cut off; "
+            f"{resume} to continue without a gap"
         )
         self.last_cursor = last_cursor
         self.session_id = session_id
         self.max_queue = max_queue
+        self.max_bytes = max_bytes
 
 
 class BusNotStarted(EventBusError):

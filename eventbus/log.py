@@ -19,6 +19,11 @@ thread needs the GIL back once per page instead of once per row.
 
 With synchronous=NORMAL in WAL mode a commit survives a crash of the process;
 after a power loss the most recent commits may be rolled back, never torn.
+
+A file log checkpoints in a thread of its own (``_Checkpointer``), not in the
+commit that happens to fill the WAL: SQLite's automatic checkpoint runs inside
+that commit and fsyncs twice, which made one commit in ~70 take 4-30 ms
+instead of 0.05 ms (see specs/event-bus-and-trace-catalog.md, "Commit path").
 """
 
 from __future__ import annotations
@@ -118,6 +123,11 @@ _SESSION_BY_SEQ = (
     "SELECT seq, session_seq, session_id, type, turn_id, ts, json FROM events "
     "WHERE session_id = ? AND seq > ? ORDER BY seq"
 )
+# The checkpointer runs after this many bytes of envelopes were committed since
+# its last run (about what SQLite's default of 1000 WAL pages holds), and at
+# least every CHECKPOINT_IDLE_S while commits arrive.
+CHECKPOINT_BYTES = 1024 * 1024
+CHECKPOINT_IDLE_S = 5.0
 _BOUNDS_ALL = "SELECT (SELECT MIN(seq) FROM events), (SELECT MAX(last_seq) FROM session_counters)"
 
 MEMORY = ":memory:"
@@ -254,6 +264,46 @@ def _check_cursor(name: str, value: int | None) -> None:
         raise ValueError(f"{name} must be a non-negative integer or None, got {value!r}")
 
 
+class _Checkpointer:
+    """Moves the WAL into the database from a thread with its own connection.
+
+    PASSIVE checkpoints neither wait for nor block the writer: commits keep
+    appending to the WAL meanwhile (the GIL is released while SQLite works).
+    A failed checkpoint (disk full, I/O error) is left to the next one; the
+    commits themselves are unaffected.
+    """
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+        self._wanted = threading.Event()
+        self._stopping = False
+        self._written = 0
+        self._thread = threading.Thread(target=self._run, name="eventlog-checkpoint", daemon=True)
+        self._thread.start()
+
+    def committed(self, size: int) -> None:
+        """Called by the writer after each commit of ``size`` bytes."""
+        self._written += size
+        if self._written >= CHECKPOINT_BYTES:
+            self._written = 0
+            self._wanted.set()
+
+    def _run(self) -> None:
+        while True:
+            self._wanted.wait(CHECKPOINT_IDLE_S)
+            self._wanted.clear()
+            if self._stopping:
+                return
+            with suppress(sqlite3.Error):
+                self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+
+    def close(self) -> None:
+        self._stopping = True
+        self._wanted.set()
+        self._thread.join()
+        self._conn.close()
+
+
 class EventLog:
     """Append-only, prunable event log in SQLite. Open with ``EventLog.open(path)``.
 
@@ -281,6 +331,7 @@ class EventLog:
         # (first, last) of a batch whose write failed: its retry may find it written.
         self._uncertain: tuple[int, int] | None = None
         self._closed = False
+        self._checkpointer: _Checkpointer | None = None
 
     # -- opening -----------------------------------------------------------------------
 
@@ -303,11 +354,21 @@ class EventLog:
             write_conn = cls._connect(spec)
             try:
                 cls._prepare(write_conn, spec)
+                # Checkpoints run beside the commits (_Checkpointer), not in them.
+                write_conn.execute("PRAGMA wal_autocheckpoint = 0")
                 read_conn = cls._connect(spec)
             except BaseException:
                 write_conn.close()
                 raise
-            return cls(spec, write_conn, read_conn, cls._query_last_seq(write_conn))
+            try:
+                checkpoint_conn = cls._connect(spec)
+            except BaseException:
+                read_conn.close()
+                write_conn.close()
+                raise
+            log = cls(spec, write_conn, read_conn, cls._query_last_seq(write_conn))
+            log._checkpointer = _Checkpointer(checkpoint_conn)
+            return log
         except (sqlite3.Error, OSError) as exc:
             raise EventLogError(f"cannot open event log {spec!r}: {exc}") from exc
 
@@ -427,6 +488,8 @@ class EventLog:
                 raise
             self._last_seq = last
             self._uncertain = None
+            if self._checkpointer is not None:
+                self._checkpointer.committed(sum(len(row[6]) for row in rows))
 
     def _after_failed_write(self, first: int, last: int) -> None:
         """Leave the write connection usable after a failed batch.
@@ -717,6 +780,8 @@ class EventLog:
             if self._closed:
                 return
             self._closed = True
+            if self._checkpointer is not None:
+                self._checkpointer.close()
             if self._read is not self._write:
                 with self._read_lock:
                     self._read.close()

@@ -21,8 +21,12 @@ loop went idle. A child process has its own GIL and commits as it goes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
+import select
 import sys
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -53,6 +57,15 @@ _BOOT = (
 _PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
 STARTUP_TIMEOUT = 30.0
 EXIT_TIMEOUT = 5.0
+# How long an append waits for its commit's acknowledgement before handing
+# back to the loop (see ProcessLogAccess._await_briefly). The child commits a
+# small batch in ~0.3 ms, wake-up included; a busy loop comes back to its
+# selector only after its current iteration, 2-12 ms in a running turn.
+ACK_WAIT_MS = 1.0
+# Only small batches wait so: a large one means a loaded loop, which has
+# better things to do meanwhile than watch the child commit.
+ACK_WAIT_MAX_BATCH = 64
+_READ_SIZE = 1 << 16
 
 
 class LogAccess(Protocol):
@@ -62,8 +75,15 @@ class LogAccess(Protocol):
         """Open; returns the last ``seq`` and every session's last ``session_seq``."""
         ...
 
-    async def append(self, records: list[EventRecord]) -> None:
-        """Commit the records (one group commit) or raise EventLogError."""
+    async def append(
+        self, records: list[EventRecord], on_commit: Callable[[], None] | None = None
+    ) -> None:
+        """Commit the records (one group commit) or raise EventLogError.
+
+        ``on_commit`` is called on the loop once the commit is known, before
+        ``append`` returns: the process access calls it from the pipe's read
+        callback, so what it does (the bus fans the batch out) does not wait
+        for the awaiting task to be resumed."""
         ...
 
     async def read_page(
@@ -116,9 +136,13 @@ class ThreadLogAccess:
         last_seq = await asyncio.to_thread(self._log.last_seq)
         return last_seq, await asyncio.to_thread(self._log.session_counters)
 
-    async def append(self, records: list[EventRecord]) -> None:
+    async def append(
+        self, records: list[EventRecord], on_commit: Callable[[], None] | None = None
+    ) -> None:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._executor, self._log.append_many, records)
+        if on_commit is not None:
+            on_commit()
 
     async def read_page(
         self,
@@ -162,23 +186,93 @@ class ThreadLogAccess:
             self._executor = None
 
 
+class _ReplyProtocol(asyncio.SubprocessProtocol):
+    """The child's stdout, parsed into frames in the event loop's read callback.
+
+    Each reply resolves its request's future right there: no reader task, so a
+    commit's acknowledgement costs no extra loop iteration before the bus's
+    writer resumes (on a busy loop an iteration is milliseconds).
+    """
+
+    def __init__(self, owner: ProcessLogAccess) -> None:
+        self._owner = owner
+        self._buffer = bytearray()
+        self._paused: asyncio.Future[None] | None = None
+        self.exited: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        if fd != 1:
+            return
+        buffer = self._buffer
+        buffer += data
+        size_of_header = HEADER.size
+        start = 0
+        end = len(buffer)
+        while end - start >= size_of_header:
+            op, size = HEADER.unpack_from(buffer, start)
+            stop = start + size_of_header + size
+            if stop > end:
+                break
+            self._owner._on_reply(op, bytes(buffer[start + size_of_header : stop]))
+            start = stop
+        if start:
+            del buffer[:start]
+
+    def pause_writing(self) -> None:
+        if self._paused is None:
+            self._paused = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        paused, self._paused = self._paused, None
+        if paused is not None and not paused.done():
+            paused.set_result(None)
+
+    async def drain(self) -> None:
+        if self._paused is not None:
+            await asyncio.shield(self._paused)
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        if fd == 0:
+            self.resume_writing()  # a write can no longer wait for room
+
+    def process_exited(self) -> None:
+        if not self.exited.done():
+            self.exited.set_result(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        # The child exited and its pipes are closed.
+        self.resume_writing()
+        if not self.exited.done():
+            self.exited.set_result(None)
+        self._owner._on_child_gone(bool(self._buffer))
+
+
 class ProcessLogAccess:
     """Talks to a child process (eventbus.log_server) that owns the log file.
 
-    Requests are written as frames to the child's stdin and answered in
-    order on its stdout; a FIFO of futures pairs them up. If the child dies,
-    every pending and later request fails with EventLogError.
+    Requests are written as frames to the child's stdin, one ``os.write`` of
+    a frame built in one piece, and answered in order on its stdout; a FIFO of
+    futures pairs them up, resolved in the pipe's read callback
+    (``_ReplyProtocol``). If the child dies, every pending and later request
+    fails with EventLogError.
     """
 
     def __init__(self, path: str) -> None:
         if path == ":memory:":
             raise ValueError("a :memory: log cannot be shared with a child process")
         self._path = path
-        self._proc: asyncio.subprocess.Process | None = None
-        self._waiting: deque[asyncio.Future[bytes]] = deque()
-        self._reader: asyncio.Task[None] | None = None
+        self._transport: asyncio.SubprocessTransport | None = None
+        self._protocol: _ReplyProtocol | None = None
+        self._stdin: asyncio.WriteTransport | None = None
+        # Each request's future and what to call on the loop when it succeeds.
+        self._waiting: deque[tuple[asyncio.Future[tuple[bytes, bytes]], Callable[[], None] | None]]
+        self._waiting = deque()
+        self._started = False
         self._failure: EventLogError | None = None
         self._closing = False
+        # The child's stdout, polled directly while an append waits briefly.
+        self._replies_fd: int | None = None
+        self._poll: select.poll | None = None
         # Told when the child dies unasked, so an idle bus learns it at once
         # (not at its next write) and the server can exit for a restart.
         self.on_lost: Callable[[EventLogError], None] | None = None
@@ -186,10 +280,14 @@ class ProcessLogAccess:
     @property
     def pid(self) -> int | None:
         """The child's process id while it runs."""
-        return None if self._proc is None else self._proc.pid
+        return None if self._transport is None else self._transport.get_pid()
 
     async def start(self) -> tuple[int, dict[str, int]]:
-        self._proc = await asyncio.create_subprocess_exec(
+        loop = asyncio.get_running_loop()
+        hello: asyncio.Future[tuple[bytes, bytes]] = loop.create_future()
+        self._waiting.append((hello, None))  # the handshake is the first reply
+        self._transport, self._protocol = await loop.subprocess_exec(
+            lambda: _ReplyProtocol(self),
             sys.executable,
             "-c",
             _BOOT,
@@ -197,18 +295,22 @@ class ProcessLogAccess:
             self._path,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
+            stderr=None,
             # Its own session: terminal signals go to the server, which closes
             # the log when it is done; end of stdin stops the child.
             start_new_session=True,
         )
+        stdin = self._transport.get_pipe_transport(0)
+        assert isinstance(stdin, asyncio.WriteTransport)
+        self._stdin = stdin
         try:
             async with asyncio.timeout(STARTUP_TIMEOUT):
-                op, payload = await self._read_frame()
-        except (asyncio.IncompleteReadError, TimeoutError) as exc:
+                op, payload = await hello
+        except (EventLogError, TimeoutError) as exc:
             await self._stop_process()
             raise EventLogError(
                 f"the event log process for {self._path!r} did not start "
-                f"(exit code {self._proc.returncode})"
+                f"(exit code {self._transport.get_returncode()})"
             ) from exc
         except BaseException:
             self.abort()  # cancelled while starting: the child exits at end of input
@@ -216,14 +318,26 @@ class ProcessLogAccess:
         if op != OK:
             await self._stop_process()
             raise _error_from(payload)
-        hello = json.loads(payload)
-        self._reader = asyncio.create_task(self._read_replies(), name="eventlog-replies")
-        return int(hello["last_seq"]), {str(k): int(v) for k, v in hello["sessions"].items()}
+        self._started = True
+        stdout = self._transport.get_pipe_transport(1)
+        pipe = None if stdout is None else stdout.get_extra_info("pipe")
+        if pipe is not None:
+            self._replies_fd = pipe.fileno()
+            self._poll = select.poll()
+            self._poll.register(self._replies_fd, select.POLLIN)
+        body = json.loads(payload)
+        return int(body["last_seq"]), {str(k): int(v) for k, v in body["sessions"].items()}
 
-    async def append(self, records: list[EventRecord]) -> None:
+    async def append(
+        self, records: list[EventRecord], on_commit: Callable[[], None] | None = None
+    ) -> None:
         if not records:
             return
-        await self._request(APPEND, RECORD_SEPARATOR.join([r.text for r in records]).encode())
+        payload = RECORD_SEPARATOR.join([r.text for r in records]).encode()
+        future = self._send(APPEND, payload, on_commit)
+        if len(records) <= ACK_WAIT_MAX_BATCH:
+            self._await_briefly(future)
+        await self._reply(future)
 
     async def read_page(
         self,
@@ -254,70 +368,114 @@ class ProcessLogAccess:
         return int(reply)
 
     async def close(self) -> None:
-        if self._proc is None or self._closing:
+        if self._transport is None or self._closing:
             return
         self._closing = True  # from here on, end of output is expected
         await self._stop_process()
-        if self._reader is not None:
-            await asyncio.wait([self._reader])
+        self._transport.close()
         self._fail_waiting(EventLogError(f"the event log {self._path!r} is closed"))
 
     def abort(self) -> None:
         # End of input stops the child; close() later reaps it.
-        proc = self._proc
-        if proc is not None and proc.stdin is not None and not proc.stdin.is_closing():
-            proc.stdin.close()
+        stdin = self._stdin
+        if stdin is not None and not stdin.is_closing():
+            stdin.close()
 
     # -- plumbing --------------------------------------------------------------------
 
     async def _request(self, op: bytes, payload: bytes) -> bytes:
+        return await self._reply(self._send(op, payload, None))
+
+    def _send(
+        self, op: bytes, payload: bytes, on_ok: Callable[[], None] | None
+    ) -> asyncio.Future[tuple[bytes, bytes]]:
+        """Write one request frame; the future of its reply."""
         if self._failure is not None:
             raise self._failure
-        if self._closing or self._proc is None or self._proc.stdin is None:
+        stdin, protocol = self._stdin, self._protocol
+        if self._closing or stdin is None or protocol is None or stdin.is_closing():
             raise EventLogError(f"the event log {self._path!r} is closed")
-        future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[tuple[bytes, bytes]] = asyncio.get_running_loop().create_future()
         # Written and queued in one synchronous step, so replies pair up in order.
-        self._waiting.append(future)
-        self._proc.stdin.write(frame(op, payload))
-        try:
-            await self._proc.stdin.drain()
-        except ConnectionError as exc:
-            self._fail(EventLogError(f"the event log process for {self._path!r} is gone: {exc}"))
-        return await future
+        self._waiting.append((future, on_ok))
+        stdin.write(frame(op, payload))
+        return future
 
-    async def _read_frame(self) -> tuple[bytes, bytes]:
-        assert self._proc is not None and self._proc.stdout is not None
-        header = await self._proc.stdout.readexactly(HEADER.size)
-        op, size = HEADER.unpack(header)
-        return op, await self._proc.stdout.readexactly(size)
+    def _await_briefly(self, future: asyncio.Future[tuple[bytes, bytes]]) -> None:
+        """Wait for ``future``'s reply on the loop's thread, ACK_WAIT_MS at most.
 
-    async def _read_replies(self) -> None:
-        try:
-            while True:
-                op, payload = await self._read_frame()
-                if not self._waiting:
-                    raise EventLogError("the event log process sent a reply nobody asked for")
-                future = self._waiting.popleft()
-                if future.done():
-                    continue  # the caller gave up (cancelled); the reply is dropped
-                if op == OK:
-                    future.set_result(payload)
-                elif op == ERROR:
-                    future.set_exception(_error_from(payload))
-                else:
-                    raise EventLogError(f"the event log process sent an unknown reply {op!r}")
-        except asyncio.IncompleteReadError:
-            if not self._closing:
-                assert self._proc is not None
-                code = await self._proc.wait()
-                self._fail(
-                    EventLogError(
-                        f"the event log process for {self._path!r} exited unexpectedly "
-                        f"(exit code {code})"
-                    )
-                )
-        except EventLogError as exc:
-            self._fail(exc)
+        Durable before visible means a commit's acknowledgement must arrive
+        before its events are fanned out. Left to the loop, the reply waits
+        for the loop's current iteration to end, which in a running turn takes
+        several times the child's round trip; so the writer polls the reply
+        pipe itself for a moment and feeds what it reads to the protocol (the
+        transport's own read callback then finds the pipe empty, which it
+        takes in its stride). A reply that is not there in time arrives the
+        usual way. Nothing is waited for while the request pipe is full.
+        """
+        fd, poll, protocol, stdin = self._replies_fd, self._poll, self._protocol, self._stdin
+        if fd is None or poll is None or protocol is None or stdin is None:
+            return
+        if stdin.get_write_buffer_size():
+            return
+        deadline = time.monotonic() + ACK_WAIT_MS / 1000
+        while not future.done():
+            left = (deadline - time.monotonic()) * 1000
+            if left <= 0:
+                return
+            try:
+                if not poll.poll(left):
+                    return
+                data = os.read(fd, _READ_SIZE)
+            except (BlockingIOError, InterruptedError):
+                continue
+            except OSError:
+                return
+            if not data:
+                return  # end of output: the transport reports it
+            protocol.pipe_data_received(1, data)
+
+    async def _reply(self, future: asyncio.Future[tuple[bytes, bytes]]) -> bytes:
+        if not future.done():
+            assert self._protocol is not None
+            await self._protocol.drain()
+        reply_op, reply = await future
+        if reply_op == OK:
+            return reply
+        if reply_op == ERROR:
+            raise _error_from(reply)
+        raise EventLogError(f"the event log process sent an unknown reply {reply_op!r}")
+
+    def _on_reply(self, op: bytes, payload: bytes) -> None:
+        if not self._waiting:
+            self._fail(EventLogError("the event log process sent a reply nobody asked for"))
+            return
+        future, on_ok = self._waiting.popleft()
+        if future.done():
+            return  # the caller gave up (cancelled): the reply is dropped
+        if op == OK and on_ok is not None:
+            try:
+                on_ok()
+            except Exception as exc:
+                future.set_exception(exc)
+                return
+        future.set_result((op, payload))
+
+    def _on_child_gone(self, partial_frame: bool) -> None:
+        if self._closing:
+            return
+        assert self._transport is not None
+        code = self._transport.get_returncode()
+        if not self._started:
+            self._fail_waiting(EventLogError(f"the event log process exited (exit code {code})"))
+            return
+        detail = " in the middle of a reply" if partial_frame else ""
+        self._fail(
+            EventLogError(
+                f"the event log process for {self._path!r} exited unexpectedly{detail} "
+                f"(exit code {code})"
+            )
+        )
 
     def _fail(self, exc: EventLogError) -> None:
         first = self._failure is None
@@ -329,23 +487,24 @@ class ProcessLogAccess:
 
     def _fail_waiting(self, exc: EventLogError) -> None:
         while self._waiting:
-            future = self._waiting.popleft()
+            future, _ = self._waiting.popleft()
             if not future.done():
                 future.set_exception(exc)
 
     async def _stop_process(self) -> None:
         """Close the child's stdin (it exits at end of input); kill it if it lingers."""
-        proc = self._proc
-        if proc is None or proc.returncode is not None:
+        transport, protocol = self._transport, self._protocol
+        if transport is None or protocol is None:
             return
-        if proc.stdin is not None and not proc.stdin.is_closing():
-            proc.stdin.close()
-        try:
-            async with asyncio.timeout(EXIT_TIMEOUT):
-                await proc.wait()
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
+        self.abort()
+        if transport.get_returncode() is None:
+            try:
+                async with asyncio.timeout(EXIT_TIMEOUT):
+                    await asyncio.shield(protocol.exited)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    transport.kill()
+                await asyncio.shield(protocol.exited)
 
 
 def _error_from(payload: bytes) -> EventLogError | CursorExpired:

@@ -129,6 +129,16 @@ class MessageDelta(Payload):
     index: Annotated[int, Field(ge=0)] | None = None
 
 
+class ModelRetry(Payload):
+    """A model call failed with a retryable error; the adapter tries again after
+    ``delay_s`` seconds. ``attempt`` counts the failed attempts so far (1, 2, ...)."""
+
+    attempt: Annotated[int, Field(ge=1)]
+    error_kind: NonEmpty
+    delay_s: Annotated[float, Field(ge=0)]
+    provider: str | None = None
+
+
 class BlockJson(_Part):
     """A canonical content block as JSON; only its ``type`` is checked here."""
 
@@ -257,7 +267,6 @@ class ToolFailed(Payload):
     partial_output: str | None
 
 
-
 class ToolsChanged(Payload):
     """The tool list changed at run time (an MCP server's tools came or went);
     ``added``/``removed`` are tool names, ``source`` says where the change came from."""
@@ -301,6 +310,7 @@ PAYLOAD_MODELS: Mapping[EventType, type[Payload]] = {
     EventType.TURN_CANCELLED: TurnCancelled,
     EventType.MESSAGE_DELTA: MessageDelta,
     EventType.MESSAGE_COMPLETED: MessageCompleted,
+    EventType.MODEL_RETRY: ModelRetry,
     EventType.TOOL_CALLED: ToolCalled,
     EventType.TOOL_INPUT_INVALID: ToolInputInvalid,
     EventType.TOOL_CONFIRMATION_REQUESTED: ToolConfirmationRequested,

@@ -143,7 +143,8 @@ class Subscription:
         # An empty queue takes any chunk, however large its events: a consumer
         # that keeps up is never cut off for the size of one chunk (the bus
         # keeps chunks to about a MiB; see EventBus._deliver).
-        if len(self._live) + len(records) > self.max_queue or (
+        over_count = len(self._live) + len(records) > self.max_queue
+        if over_count or (
             self.max_bytes is not None
             and self._live
             and self._live_bytes + incoming > self.max_bytes
@@ -154,6 +155,7 @@ class Subscription:
                         last_cursor=self._cursor,
                         session_id=self.session_id,
                         max_queue=self.max_queue,
+                        max_bytes=None if over_count else self.max_bytes,
                     )
                 )
                 return -1
@@ -233,6 +235,7 @@ class Subscription:
                         last_cursor=self._cursor,
                         session_id=self.session_id,
                         max_queue=self.max_queue,
+                        max_bytes=self._end.max_bytes,
                     )
                 raise self._end
             self._waiter = asyncio.get_running_loop().create_future()

@@ -31,6 +31,7 @@ import importlib
 import logging
 import os
 import sys
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
@@ -55,6 +56,7 @@ from adapters.errors import (
 )
 from adapters.registry import create_adapter, default_model, parse_model
 from server.config import Config
+from server.schemas import InputLimitExceeded, check_json_limits
 from server.store import Store
 from server.turns import TurnContext, TurnFailure, TurnOutcome, answer_unanswered
 
@@ -122,6 +124,7 @@ class AgentLoop:
         self._settings = ModelSettings(max_tokens=config.model.max_tokens)
         self._adapter_factory = adapter_factory or self._create_adapter
         self.clients = ProviderClients()
+        self._conversations = _Conversations(store)
 
     async def start(self) -> None:
         """Import the default model's SDK and build its client, off the event loop,
@@ -168,9 +171,7 @@ class AgentLoop:
             await _use_shared_client(adapter, self.clients)
         except AdapterError as error:
             return _model_failure(ctx, error, model=model, step=0)
-        conversation = [
-            Message.model_validate(m.message) for m in self._store.messages(ctx.session_id)
-        ]
+        conversation = self._conversations.load(ctx.session_id)
         turn = _Turn(
             ctx,
             adapter,
@@ -183,6 +184,37 @@ class AgentLoop:
             return await turn.run(conversation)
         finally:
             await _close(adapter)
+
+
+class _Conversations:
+    """The conversations of recently active sessions, kept parsed between turns.
+
+    A turn reads only the messages stored since the session's last turn
+    started (``Store.messages_after``) instead of the whole conversation: at
+    160 messages (0.9 MB) a full read and parse took ~15 ms on the event loop.
+    What the store holds stays the truth: anything appended by any path is
+    read back by index. Messages are frozen, so the cached list is shared and
+    each turn gets its own copy to extend. At most ``MAX_SESSIONS`` are kept
+    (least recently used first out).
+    """
+
+    MAX_SESSIONS = 64
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._held: OrderedDict[str, tuple[int, list[Message]]] = OrderedDict()
+
+    def load(self, session_id: str) -> list[Message]:
+        """The whole conversation, as a new list the caller may extend."""
+        last, messages = self._held.pop(session_id, (-1, []))
+        new = self._store.messages_after(session_id, last)
+        if new:
+            messages = [*messages, *(Message.model_validate(m.message) for m in new)]
+            last = new[-1].index
+        self._held[session_id] = (last, messages)
+        while len(self._held) > self.MAX_SESSIONS:
+            self._held.popitem(last=False)
+        return list(messages)
 
 
 class _Turn:
@@ -229,7 +261,7 @@ class _Turn:
             if completed is None:  # cancelled while the model was streaming
                 return self.outcome()
             self._add_usage(completed.usage)
-            assistant = completed.message
+            assistant, malformed = _held_to_limits(completed.message, completed.malformed_tool_uses)
             if assistant.content:
                 # An empty reply is left out: providers refuse empty messages.
                 _append(ctx, assistant)
@@ -237,7 +269,7 @@ class _Turn:
             uses = assistant.tool_uses()
             if not uses:
                 return self.outcome(stop_reason=completed.stop_reason)
-            results = await self._run_tools(uses, completed.malformed_tool_uses)
+            results = await self._run_tools(uses, malformed)
             tool_message = Message(role="tool", content=list(results))
             _append(ctx, tool_message)
             conversation.append(tool_message)
@@ -296,6 +328,18 @@ class _Turn:
                         event.attempt,
                         event.delay,
                         event.error.kind,
+                    )
+                    error = event.error
+                    ctx.publish(
+                        "model.retry",
+                        {
+                            "attempt": event.attempt,
+                            "error_kind": error.kind,
+                            "delay_s": round(event.delay, 3),
+                            "provider": error.provider,
+                            "status_code": error.status_code,
+                            "step": self.steps,
+                        },
                     )
         if final is None:
             raise ProviderResponseError(
@@ -400,6 +444,32 @@ def _kind(error: AdapterError) -> str:
     if isinstance(error, RequestConversionError):
         return "request_conversion"
     return "adapter"
+
+
+def _held_to_limits(
+    message: Message, malformed: Mapping[str, str]
+) -> tuple[Message, dict[str, str]]:
+    """The model's message with each tool_use input held to the input limits
+    (server.schemas.INPUT_LIMITS, as at the HTTP boundary), and the calls not
+    to run. An input over a limit (nested too deep, a huge array or string) is
+    replaced by ``{}`` before anything stores it, so no later read of the
+    conversation can fail on it, and its call is answered like malformed
+    arguments: a validation error naming the limit, so the model can retry."""
+    problems = dict(malformed)
+    content = list(message.content)
+    changed = False
+    for position, block in enumerate(content):
+        if not isinstance(block, ToolUseBlock) or block.id in problems:
+            continue
+        try:
+            check_json_limits(block.input, "input")
+        except InputLimitExceeded as exc:
+            problems[block.id] = f"tool arguments break an input limit: {exc}"
+            content[position] = ToolUseBlock(id=block.id, name=block.name, input={})
+            changed = True
+    if not changed:
+        return message, problems
+    return message.model_copy(update={"content": content}), problems
 
 
 def _malformed_result(ctx: TurnContext, block: ToolUseBlock, reason: str) -> ToolResultBlock:

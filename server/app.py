@@ -17,6 +17,7 @@ from starlette.routing import Route
 from server.auth import TokenRegistry
 from server.config import Config
 from server.errors import ApiError, error_body
+from server.logs import RequestLog
 from server.mcp_endpoint import PATH as MCP_PATH
 from server.mcp_endpoint import McpEndpoint
 from server.middleware import AuthMiddleware, BodyLimit, too_large_body
@@ -96,6 +97,8 @@ def create_app(
     app.add_middleware(AuthMiddleware, tokens=lambda: runtime.tokens)
     # Outermost: a path no route serves is 404 for everyone, before authentication.
     app.add_middleware(docs.UnknownPathGuard, routes=lambda: app.router.routes)
+    # Around everything: the request line with its duration (server/logs.py).
+    app.add_middleware(RequestLog)
     return app
 
 

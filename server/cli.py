@@ -69,12 +69,19 @@ def _parser() -> argparse.ArgumentParser:
     serve_p = sub.add_parser("serve", help="run the server")
     serve_p.add_argument("--host", help="address to bind (default 127.0.0.1)")
     serve_p.add_argument("--port", type=int, help="port to bind (default 8765; 0 picks one)")
-    serve_p.add_argument("--data-dir", help="directory for the databases and the token (./data)")
+    serve_p.add_argument(
+        "--data-dir",
+        help="directory for the databases, the lock and the token "
+        "(default: $TOOLRELAY_DATA_DIR, else $XDG_STATE_HOME/toolrelay, i.e. "
+        "~/.local/state/toolrelay; never inside a workspace)",
+    )
     serve_p.add_argument("--config", help="YAML configuration file")
     serve_p.add_argument(
         "--log-level",
         default=os.environ.get("TOOLRELAY_LOG_LEVEL", "info"),
         choices=["critical", "error", "warning", "info", "debug"],
+        help="least severe level logged (default: $TOOLRELAY_LOG_LEVEL or info; "
+        "warning also hides the per-tool-call lines)",
     )
     serve_p.add_argument("--no-access-log", action="store_true", help="do not log each request")
     serve_p.add_argument(
@@ -295,6 +302,7 @@ def _print_banner(server: uvicorn.Server, config: Config, token_note: str) -> No
         f"  Dashboard: {base}/dashboard/",
         f"  Token:     {token_note}",
         f"  Data dir:  {config.data_dir}",
+        f"  Model:     {_model_note(config)}",
     ]
     # The runtime (create_app keeps it on app.state) decided the sandbox at start-up.
     runtime = getattr(getattr(server.config.app, "state", None), "runtime", None)
@@ -305,6 +313,26 @@ def _print_banner(server: uvicorn.Server, config: Config, token_note: str) -> No
         reason = getattr(runtime, "sandbox_reason", "unknown")
         lines.append(f"  Sandbox:   off ({reason}): every shell command asks for confirmation")
     print("\n".join(lines), flush=True)
+
+
+def _model_note(config: Config) -> str:
+    """The model of sessions created without one (resolved as each turn resolves
+    it: model.default, else the provider keys, else scripted) and why."""
+    from adapters.registry import default_model, parse_model, process_environment
+
+    env = process_environment()
+    model = config.model.default
+    if model:
+        chosen_by_env = env.get("TOOLRELAY_MODEL", "").strip() == model
+        return f"{model} (from {'TOOLRELAY_MODEL' if chosen_by_env else 'model.default'})"
+    model = default_model(env)
+    provider, _ = parse_model(model)
+    if provider == "anthropic":
+        key = "ANTHROPIC_API_KEY" if env.get("ANTHROPIC_API_KEY") else "ANTHROPIC_AUTH_TOKEN"
+        return f"{model} ({key} is set)"
+    if provider == "openai":
+        return f"{model} (OPENAI_API_KEY is set)"
+    return f"{model} (no provider key set)"
 
 
 def _tokens(config: Config) -> tuple[list[TokenConfig], str]:

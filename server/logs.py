@@ -18,15 +18,22 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import unquote_plus
+from urllib.parse import quote, unquote_plus
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn.logging import AccessFormatter
 
 REDACTED = "***"
 # The LogRecord attribute holding a line's structured fields (``extra={FIELDS: {...}}``).
 FIELDS = "toolrelay"
 LOG_FORMATS = ("text", "json")
+# Request lines: written by RequestLog (uvicorn's own access log is switched off,
+# it logs when a response starts and knows no duration).
+ACCESS_LOGGER = "toolrelay.access"
 _QUERY_TOKEN = re.compile(r"((?:^|[?&;\s])token=)[^&\s\"']*", re.IGNORECASE)
 # A query string: from "?" to the end of the URL (whitespace, a quote or a fragment).
 _QUERY = re.compile(r"\?([^\s\"'#]*)")
@@ -138,7 +145,7 @@ def log_config(
             "use_colors": False,
         },
         "access": {
-            "()": "uvicorn.logging.AccessFormatter",
+            "()": TextAccessFormatter,
             "fmt": '%(levelprefix)s %(client_addr)s - "%(request_line)s" %(status_code)s',
             "use_colors": False,
         },
@@ -167,7 +174,9 @@ def log_config(
         "loggers": {
             "uvicorn": {"handlers": ["default"], "level": level.upper(), "propagate": False},
             "uvicorn.error": {"level": level.upper()},
-            "uvicorn.access": {
+            # No handler: uvicorn then writes no access line of its own (RequestLog does).
+            "uvicorn.access": {"handlers": [], "level": "WARNING", "propagate": False},
+            ACCESS_LOGGER: {
                 "handlers": ["access"] if access_log else [],
                 "level": "INFO" if access_log else "WARNING",
                 "propagate": False,
@@ -183,8 +192,9 @@ def log_config(
 
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: ``ts``, ``level``, ``logger``, ``message``, and
-    the line's structured fields: a request line (uvicorn's access log) gets
-    ``kind: "request"``, ``method``, ``path``, ``status``, ``client``; a tool-call
+    the line's structured fields: a request line (RequestLog) gets
+    ``kind: "request"``, ``method``, ``path``, ``status``, ``client``,
+    ``duration_ms`` (and ``session_id``/``turn_id`` when the path names them); a tool-call
     line (ToolCallLog) its ``kind: "tool_call"`` fields. Runs after the
     redacting filter, so what it serializes is already redacted."""
 
@@ -196,7 +206,7 @@ class JsonFormatter(logging.Formatter):
             "message": record.getMessage(),
         }
         args = record.args
-        if record.name == "uvicorn.access" and isinstance(args, tuple) and len(args) == 5:
+        if record.name in _ACCESS_LOGGERS and isinstance(args, tuple) and len(args) == 5:
             client, method, path, http_version, status = args
             line.update(
                 kind="request",
@@ -214,6 +224,79 @@ class JsonFormatter(logging.Formatter):
         if record.exc_text:
             line["exception"] = record.exc_text
         return json.dumps(line, ensure_ascii=True, default=str, separators=(",", ":"))
+
+
+_ACCESS_LOGGERS = frozenset({ACCESS_LOGGER, "uvicorn.access"})
+
+
+class TextAccessFormatter(AccessFormatter):
+    """uvicorn's access line, followed by the request's duration: ``... 200 3.1ms``."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        line = super().formatMessage(record)
+        fields = getattr(record, FIELDS, None)
+        duration = fields.get("duration_ms") if isinstance(fields, dict) else None
+        if isinstance(duration, int | float):
+            line += f" {duration:.1f}ms"
+        return line
+
+
+_SESSION_PATH = re.compile(r"^/sessions/([^/]+)(?:/turns/([^/]+))?")
+
+
+class RequestLog:
+    """ASGI middleware: one line per HTTP request on ``toolrelay.access`` once its
+    response is complete (or the app gave up), with its duration in ms from the
+    request reaching the app, authentication and body reading included.
+
+    The line has uvicorn's access-log arguments (client, method, path with
+    query, HTTP version, status), so the redacting filter treats it as before.
+    Costs one check per request when the access log is off."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.logger = logging.getLogger(ACCESS_LOGGER)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not self.logger.isEnabledFor(logging.INFO):
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500  # what the server answers when the app fails before responding
+
+        async def send_and_note(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_note)
+        finally:
+            self._log(scope, status, (time.perf_counter() - started) * 1000.0)
+
+    def _log(self, scope: Scope, status: int, duration_ms: float) -> None:
+        client = scope.get("client")
+        where = f"{client[0]}:{client[1]}" if client else "-"
+        path = quote(scope.get("root_path", "") + scope["path"])
+        query = scope.get("query_string", b"")
+        if query:
+            path += "?" + query.decode("latin-1")
+        fields: dict[str, Any] = {"duration_ms": round(duration_ms, 3)}
+        match = _SESSION_PATH.match(scope["path"])
+        if match:
+            fields["session_id"] = match[1]
+            if match[2]:
+                fields["turn_id"] = match[2]
+        self.logger.info(
+            '%s - "%s %s HTTP/%s" %d',
+            where,
+            scope["method"],
+            path,
+            scope.get("http_version", "1.1"),
+            status,
+            extra={FIELDS: fields},
+        )
 
 
 def _rfc3339(epoch: float) -> str:

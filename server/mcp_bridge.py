@@ -41,8 +41,17 @@ def add_arguments(sub: Any) -> None:
     target.add_argument("--workspace", help="create a session on this directory and serve it")
     list_p = mcp_sub.add_parser("list", help="the configured MCP servers and their state")
     for p in (serve_p, list_p):
-        p.add_argument("--url", default=os.environ.get("TOOLRELAY_URL", DEFAULT_URL))
-        p.add_argument("--token", default=None, help="default: TOOLRELAY_TOKEN or the token file")
+        p.add_argument(
+            "--url",
+            default=os.environ.get("TOOLRELAY_URL", DEFAULT_URL),
+            help=f"server URL (default: $TOOLRELAY_URL or {DEFAULT_URL})",
+        )
+        p.add_argument(
+            "--token",
+            default=None,
+            help="access token (default: $TOOLRELAY_TOKEN, else the token file in the "
+            "default data dir)",
+        )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -41,6 +41,7 @@ from starlette.types import Receive, Scope, Send
 from adapters.canonical import ImageBlock, TextBlock, ToolResultBlock, ToolUseBlock
 from server.errors import ApiError, error_body
 from server.middleware import principal_of
+from server.schemas import InputLimitExceeded, check_json_limits
 
 if TYPE_CHECKING:
     from server.runtime import Runtime
@@ -130,10 +131,24 @@ class McpEndpoint:
             sessions.check_storage()
         except ApiError as exc:
             raise MCPError(code=types.INTERNAL_ERROR, message=exc.message) from None
+        arguments = dict(params.arguments or {})
+        try:
+            # The limits of tool input over HTTP (server/schemas.py): an input
+            # over one is refused before the dispatcher or its events see it.
+            check_json_limits(arguments, "arguments")
+        except InputLimitExceeded as exc:
+            return types.CallToolResult(
+                content=[
+                    types.TextContent(
+                        type="text",
+                        text=f"Invalid input for tool {params.name!r}: {exc}. "
+                        "The tool did not run.",
+                    )
+                ],
+                is_error=True,
+            )
         token = secrets.token_hex(8)
-        block = ToolUseBlock(
-            id=f"mcp_{token}", name=params.name, input=dict(params.arguments or {})
-        )
+        block = ToolUseBlock(id=f"mcp_{token}", name=params.name, input=arguments)
         turn_id = f"mcp_{token}"
         dispatcher = self.runtime.dispatcher
         call = asyncio.ensure_future(dispatcher.dispatch(block, dispatch_session, turn_id=turn_id))

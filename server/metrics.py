@@ -108,6 +108,7 @@ class Metrics:
             "turn.failed",
             "turn.cancelled",
             "message.completed",
+            "model.retry",
             "tool.completed",
             "tool.failed",
             "tool.input_invalid",
@@ -140,6 +141,13 @@ class Metrics:
             "provider",
             "error_kind",
             "retryable",
+        )
+        self.provider_retries = counters.family(
+            p + "provider_retries",
+            "Model calls retried after a retryable provider error (model.retry events), "
+            "by provider and error kind.",
+            "provider",
+            "error_kind",
         )
         self.tool_calls = counters.family(
             p + "tool_calls",
@@ -238,6 +246,13 @@ class Metrics:
             turn = self._turns.get(turn_id or "")
             if turn is not None and turn.source == "message":
                 self._message(turn, record, load(record))
+        elif type_ == "model.retry":
+            data = load(record)
+            _inc(
+                self.provider_retries,
+                str(data.get("provider") or "unknown"),
+                str(data.get("error_kind") or "unknown"),
+            )
         elif type_ == "turn.started":
             source = str(load(record).get("source") or "unknown")
             _inc(self.turns_started, source)

@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from adapters.canonical import Message, ToolDefinition
 from adapters.errors import AdapterConfigError
-from adapters.registry import parse_model, process_environment
+from adapters.registry import default_model, parse_model, process_environment
 from adapters.scripted_script import load_script
 from dispatcher import DispatchSession, PolicyConfig, RulePolicy, ToolDispatcher, WorkspaceFileAPI
 from dispatcher.memory_store import MemoryStore
@@ -362,6 +362,15 @@ class SessionManager:
             return
         session.workspace.close()
 
+    def resolved_model(self, model: str | None) -> str:
+        """The model a message turn of a session with ``model`` would use now: its
+        own, else the server's default (``model.default``, else what the provider
+        keys pick). A running turn resolved it the same way at its start."""
+        model_for = getattr(self.message_runner, "model_for", None)
+        if callable(model_for):
+            return str(model_for(model))
+        return model or self.config.model.default or default_model(process_environment())
+
     def to_json(self, record: SessionRecord) -> dict[str, Any]:
         active = self._active.get(record.id)
         return {
@@ -370,6 +379,7 @@ class SessionManager:
             "workspace": record.workspace,
             "owner": record.owner,
             "model": record.model,
+            "resolved_model": self.resolved_model(record.model),
             "policy": self._effective_policy(record.policy_overrides).model_dump(mode="json"),
             "policy_overrides": record.policy_overrides,
             "created_at": record.created_at,
@@ -652,11 +662,12 @@ class SessionManager:
             if self._wait_durable is not None:
                 await self._wait_durable()
             await self._storage_retry(
+                # The results were stored above (set_turn_outcome, as references
+                # into the conversation): not matched and written a second time.
                 lambda: self.store.finish_turn(
                     ctx.turn_id,
                     status=status,
                     reason=reason,
-                    results=results,
                     usage=usage,
                     message=data.get("message") if status == "failed" else None,
                 )

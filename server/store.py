@@ -13,7 +13,7 @@ import json
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -339,7 +339,7 @@ class Store:
                     status,
                     reason,
                     message,
-                    _dump_opt(results),
+                    self._dump_results(turn_id, results),
                     _dump_opt(usage),
                     now_rfc3339(),
                     turn_id,
@@ -365,8 +365,80 @@ class Store:
             self._conn.execute(
                 "UPDATE turns SET results = COALESCE(?, results), usage = COALESCE(?, usage)"
                 " WHERE id = ? AND status = 'running'",
-                (_dump_opt(results), _dump_opt(usage), turn_id),
+                (self._dump_results(turn_id, results), _dump_opt(usage), turn_id),
             )
+
+    def _dump_results(self, turn_id: str, results: list[dict[str, Any]] | None) -> str | None:
+        """A turn's results as stored: each one the turn's conversation already
+        holds (the tool messages it appended) is stored as a reference to that
+        block, ``{"ref": [message index, block index], "tool_use_id": ...}``, so
+        a large tool output is kept once, in the conversation, not again here.
+        A result not found there (none should be) is stored inline, as turn
+        records from before references were; ``_resolve_results`` reads both.
+        Results are matched in order, on their whole content, so a tool_use id
+        used twice in the turn still finds its own block."""
+        if results is None:
+            return None
+        row = self._conn.execute("SELECT session_id FROM turns WHERE id = ?", (turn_id,)).fetchone()
+        blocks: list[tuple[int, int, dict[str, Any]]] = []
+        if row is not None:
+            for record in self.turn_messages(str(row[0]), turn_id):
+                if record.message.get("role") != "tool":
+                    continue
+                content = record.message.get("content")
+                for position, block in enumerate(content if isinstance(content, list) else []):
+                    if isinstance(block, dict) and block.get("type") == "tool_result":
+                        blocks.append((record.index, position, block))
+        stored: list[dict[str, Any]] = []
+        start = 0
+        for result in results:
+            for at in range(start, len(blocks)):
+                index, position, block = blocks[at]
+                if block == result:
+                    stored.append(
+                        {"ref": [index, position], "tool_use_id": result.get("tool_use_id")}
+                    )
+                    start = at + 1
+                    break
+            else:
+                stored.append(result)
+        return json.dumps(stored)
+
+    def _resolve_results(self, turns: list[TurnRecord]) -> list[TurnRecord]:
+        """``turns`` with each result reference replaced by the tool_result block
+        it points to (one read of the referenced messages for all of them)."""
+        wanted: dict[str, set[int]] = {}
+        for turn in turns:
+            for entry in turn.results or ():
+                if "ref" in entry:
+                    wanted.setdefault(turn.session_id, set()).add(int(entry["ref"][0]))
+        if not wanted:
+            return turns
+        found: dict[tuple[str, int], dict[str, Any]] = {}
+        for session_id, indexes in wanted.items():
+            ordered = sorted(indexes)
+            for chunk in range(0, len(ordered), 500):  # SQLite's bound-parameter limit
+                part = ordered[chunk : chunk + 500]
+                rows = self._conn.execute(
+                    "SELECT idx, message FROM messages WHERE session_id = ? AND idx IN"
+                    f" ({', '.join('?' * len(part))})",
+                    (session_id, *part),
+                ).fetchall()
+                for idx, text in rows:
+                    found[(session_id, int(idx))] = json.loads(text)
+        resolved: list[TurnRecord] = []
+        for turn in turns:
+            if not any("ref" in entry for entry in turn.results or ()):
+                resolved.append(turn)
+                continue
+            results = [
+                _referenced(entry, found.get((turn.session_id, int(entry["ref"][0]))))
+                if "ref" in entry
+                else entry
+                for entry in turn.results or ()
+            ]
+            resolved.append(replace(turn, results=results))
+        return resolved
 
     def get_turn(self, turn_id: str, *, session_id: str | None = None) -> TurnRecord | None:
         row = self._conn.execute(
@@ -379,7 +451,7 @@ class Store:
         turn = _turn(row)
         if session_id is not None and turn.session_id != session_id:
             return None
-        return turn
+        return self._resolve_results([turn])[0]
 
     def list_turns(self, session_id: str) -> list[TurnRecord]:
         rows = self._conn.execute(
@@ -388,7 +460,7 @@ class Store:
             " ORDER BY number",
             (session_id,),
         ).fetchall()
-        return [_turn(r) for r in rows]
+        return self._resolve_results([_turn(r) for r in rows])
 
     def running_turns(self) -> list[TurnRecord]:
         rows = self._conn.execute(
@@ -396,7 +468,7 @@ class Store:
             " created_by, created_at, finished_at, message FROM turns WHERE status = 'running'"
             " ORDER BY created_at",
         ).fetchall()
-        return [_turn(r) for r in rows]
+        return self._resolve_results([_turn(r) for r in rows])
 
     # -- messages ---------------------------------------------------------
 
@@ -430,6 +502,36 @@ class Store:
             (session_id,),
         ).fetchall()
         return [MessageRecord(int(r[0]), r[1], json.loads(r[2]), r[3]) for r in rows]
+
+    def messages_after(self, session_id: str, index: int) -> list[MessageRecord]:
+        """The session's messages with an index above ``index`` (-1: all), in order.
+
+        One range read of the primary key: what a turn needs to extend a
+        conversation it already holds, at a cost that does not grow with it.
+        """
+        rows = self._conn.execute(
+            "SELECT idx, turn_id, message, created_at FROM messages"
+            " WHERE session_id = ? AND idx > ? ORDER BY idx",
+            (session_id, index),
+        ).fetchall()
+        return [MessageRecord(int(r[0]), r[1], json.loads(r[2]), r[3]) for r in rows]
+
+
+def _referenced(entry: dict[str, Any], message: dict[str, Any] | None) -> dict[str, Any]:
+    """The tool_result block a stored reference points to; an error result if
+    the message is gone (it never should be: messages are not deleted)."""
+    index, position = entry["ref"]
+    content = message.get("content") if message is not None else None
+    if isinstance(content, list) and 0 <= position < len(content):
+        block = content[position]
+        if isinstance(block, dict) and block.get("type") == "tool_result":
+            return block
+    return {
+        "type": "tool_result",
+        "tool_use_id": entry.get("tool_use_id") or "",
+        "content": [{"type": "text", "text": f"(result missing: message {index} is gone)"}],
+        "is_error": True,
+    }
 
 
 def _dump_opt(value: Any) -> str | None:

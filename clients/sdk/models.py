@@ -32,6 +32,9 @@ class Session(Resource):
     created_at: str | None = None
     status: str | None = None
     current_turn_id: str | None = None
+    # The model asked for (None: the server's default) and the one a turn uses now.
+    model: str | None = None
+    resolved_model: str | None = None
 
 
 class ToolInfo(Resource):

@@ -26,7 +26,7 @@ from clients.sdk import (
 )
 from clients.sdk.errors import StreamError
 from clients.tui.transcript import PendingRequest, Transcript
-from clients.tui.widgets import ConfirmationScreen, EntryView, StatusLine
+from clients.tui.widgets import ConfirmationScreen, EntryView, StatusLine, is_expandable
 
 # Keep reconnecting for a long while (about an hour at the 3 s cap) before
 # giving up; the budget refills whenever the server delivers an event.
@@ -43,6 +43,7 @@ class ToolrelayTUI(App[int]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+t", "cancel_turn", "Cancel turn", priority=True),
         Binding("ctrl+o", "show_confirmation", "Answer confirmation", priority=True),
+        Binding("ctrl+e", "toggle_results", "Expand results", priority=True),
         Binding("ctrl+q", "quit", "Quit", priority=True),
     ]
     CSS = """
@@ -150,6 +151,14 @@ class ToolrelayTUI(App[int]):
     def entry_view(self, key: str) -> EntryView | None:
         """The widget showing transcript entry ``key`` (for tests and tooling)."""
         return self._views.get(key)
+
+    def action_toggle_results(self) -> None:
+        """Expand every collapsed tool result, or collapse them all if none is.
+        (One result: tab to it, then enter or space; or click it.)"""
+        views = [v for v in self._views.values() if is_expandable(v.entry)]
+        expand = any(not v.expanded for v in views)
+        for view in views:
+            view.set_expanded(expand)
 
     # -- confirmations ----------------------------------------------------------------
 

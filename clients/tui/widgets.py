@@ -17,8 +17,12 @@ from clients.sdk.events import ConfirmationRequestedData
 from clients.sdk.stream import ConnectionState
 from clients.tui.transcript import Entry, MessageEntry, NoteEntry, ToolCallEntry, time_left
 
-# Lines of streamed tool output shown under a call; the transcript keeps more.
+# Lines of streamed tool output shown under a running call; the transcript keeps more.
 OUTPUT_TAIL_LINES = 12
+# Lines of a result (or of a finished call's output) shown once expanded.
+EXPANDED_MAX_LINES = 500
+EXPAND_HINT = "enter/click: expand"
+_UNFINISHED = frozenset({"requested", "awaiting_confirmation", "running"})
 
 _STATUS_STYLE = {
     "requested": ("…", "dim"),
@@ -39,8 +43,10 @@ _SIDE_EFFECT_STYLE = {
 }
 
 
-def render_entry(entry: Entry) -> Text:
-    """One transcript entry as styled text (its ``.plain`` is what tests read)."""
+def render_entry(entry: Entry, *, expanded: bool = False) -> Text:
+    """One transcript entry as styled text (its ``.plain`` is what tests read).
+
+    A finished tool call is collapsed to a summary line unless ``expanded``."""
     if isinstance(entry, MessageEntry):
         text = Text()
         label = "you" if entry.role == "user" else entry.role
@@ -51,10 +57,10 @@ def render_entry(entry: Entry) -> Text:
         return text
     if isinstance(entry, NoteEntry):
         return Text(f"· {entry.text}", style=_NOTE_STYLE.get(entry.level, "dim"))
-    return _render_call(entry)
+    return _render_call(entry, expanded)
 
 
-def _render_call(call: ToolCallEntry) -> Text:
+def _render_call(call: ToolCallEntry, expanded: bool = False) -> Text:
     icon, style = _STATUS_STYLE.get(call.status, ("•", ""))
     text = Text()
     text.append(f"{icon} ", style=style)
@@ -68,35 +74,84 @@ def _render_call(call: ToolCallEntry) -> Text:
         text.append(f" · {call.duration_ms:.1f} ms", style="dim")
     if call.resolution:
         text.append(f"\n   confirmation: {call.resolution}", style="dim")
-    if call.output:
-        tail = call.output.rstrip("\n").splitlines()[-OUTPUT_TAIL_LINES:]
-        for line in tail:
-            text.append(f"\n   │ {line}", style="dim")
-    if call.result and call.status == "completed":
-        first = call.result.strip().splitlines()[:1]
-        if first:
-            text.append(f"\n   → {first[0][:200]}", style="green")
+    output = call.output.rstrip("\n").splitlines()
+    result = call.result.strip().splitlines() if call.status == "completed" else []
+    if call.status in _UNFINISHED:
+        # Live: the tail of what the call prints.
+        _lines(text, output[-OUTPUT_TAIL_LINES:], "dim")
+    elif expanded:
+        # The whole result; the streamed output when there is no result to show.
+        _lines(text, result or output, "green" if result else "dim")
+    else:
+        hidden = len(result) - 1 if result else len(output)
+        if result:
+            text.append(f"\n   → {result[0][:200]}", style="green")
+        if hidden > 0 or (result and len(result[0]) > 200):
+            more = f"+{hidden} line{'s' if hidden != 1 else ''} · " if hidden > 0 else ""
+            # After the result's first line, or on a line of its own (only output).
+            where = "  " if result else "\n   "
+            text.append(f"{where}({more}{EXPAND_HINT})", style="dim")
     if call.error:
         text.append(f"\n   → {call.error}", style="red")
     return text
 
 
-class EntryView(Static):
-    """Shows one transcript entry; ``plain`` holds its current text."""
+def _lines(text: Text, lines: list[str], style: str) -> None:
+    for line in lines[-EXPANDED_MAX_LINES:]:
+        text.append(f"\n   │ {line}", style=style)
+    if len(lines) > EXPANDED_MAX_LINES:
+        text.append(
+            f"\n   ({len(lines) - EXPANDED_MAX_LINES} earlier lines not shown)", style="dim"
+        )
 
+
+def is_expandable(entry: Entry) -> bool:
+    """A finished tool call whose summary hides part of its result or output."""
+    if not isinstance(entry, ToolCallEntry) or entry.status in _UNFINISHED:
+        return False
+    return render_entry(entry).plain != render_entry(entry, expanded=True).plain
+
+
+class EntryView(Static):
+    """Shows one transcript entry; ``plain`` holds its current text.
+
+    A tool call's view is focusable (tab) and toggles between its summary line
+    and its whole result with enter, space or a click."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("enter", "toggle_expanded", "Expand/collapse", show=False),
+        Binding("space", "toggle_expanded", "Expand/collapse", show=False),
+    ]
     DEFAULT_CSS = """
     EntryView { padding: 0 1; }
+    EntryView:focus { background: $boost; }
     """
 
     def __init__(self, entry: Entry, *, id: str) -> None:
         self.plain = ""
+        self.entry = entry
+        self.expanded = False
         super().__init__(id=id)
+        self.can_focus = isinstance(entry, ToolCallEntry)
         self.show(entry)
 
     def show(self, entry: Entry) -> None:
-        rendered = render_entry(entry)
+        self.entry = entry
+        rendered = render_entry(entry, expanded=self.expanded)
         self.plain = rendered.plain
         self.update(rendered)
+
+    def set_expanded(self, expanded: bool) -> None:
+        if expanded != self.expanded:
+            self.expanded = expanded
+            self.show(self.entry)
+
+    def action_toggle_expanded(self) -> None:
+        self.set_expanded(not self.expanded)
+
+    def on_click(self) -> None:
+        if isinstance(self.entry, ToolCallEntry):
+            self.action_toggle_expanded()
 
 
 class StatusLine(Static):

@@ -203,3 +203,20 @@ async def test_dashboard_shows_why_a_turn_failed_and_refused_sessions(
     await assert_fits(board, "errors shown")
     await board.screenshot("dashboard-800-failed-turn.png")
     assert board.errors == []
+
+
+async def test_dashboard_shows_the_model_a_default_session_resolves_to(
+    server: ServerProcess, sdk: ToolrelayClient, workspace: Path, browser: Browser
+) -> None:
+    """A session without a model shows the server's default by name, before any turn."""
+    session = await sdk.create_session(workspace, name="defaulted")
+    assert session.model is None and session.resolved_model == "scripted"
+    assert (await sdk.get_session(session.id)).resolved_model == "scripted"
+    board = await Dashboard.open(browser, server, "web-model", width=800)
+    await board.watch(session.id)
+    await expect(board.page.locator("#session-model")).to_have_text(
+        "scripted (server default)", timeout=WAIT_MS
+    )
+    item = board.page.locator(f".session-item[data-session-id='{session.id}']")
+    await expect(item.locator(".session-model")).to_have_text("scripted (server default)")
+    assert board.errors == []

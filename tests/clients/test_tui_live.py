@@ -137,6 +137,41 @@ async def test_tui_sends_tool_commands_closes_popup_and_cancels(
     assert not (workspace / "b.txt").exists()
 
 
+async def test_tool_results_collapse_to_a_line_and_expand(
+    server: ServerProcess, sdk: ToolrelayClient, workspace: Path
+) -> None:
+    """A finished call shows its result's first line and how much more there is;
+    a click, enter on the focused call, or ctrl+e (all of them) expands it."""
+    (workspace / "long.txt").write_text("".join(f"line {i}\n" for i in range(1, 31)))
+    session = await sdk.create_session(workspace)
+    read = {"id": "tu_long", "name": "read_file", "input": {"path": "long.txt"}}
+    async with tui_client(server) as client:
+        app = ToolrelayTUI(client, session_id=session.id, stream_backoff=FAST_RECONNECT)
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.connection is ConnectionState.CONNECTED, "connected")
+            await sdk.send_tool_uses(session.id, [read])
+            await until(pilot, lambda: app.transcript.turn_status == "completed", "turn done")
+            view = app.entry_view("tool:tu_long")
+            assert view is not None
+            collapsed = view.plain
+            assert "→ line 1" in collapsed and "+29 lines" in collapsed, collapsed
+            assert "line 30" not in collapsed and len(collapsed.splitlines()) == 2
+
+            await pilot.click(f"#{view.id}")
+            await until(pilot, lambda: "line 30" in view.plain, "expanded by a click")
+            assert all(f"│ line {i}" in view.plain for i in (1, 15, 30)), view.plain
+            await pilot.click(f"#{view.id}")
+            await until(pilot, lambda: view.plain == collapsed, "collapsed by a click")
+
+            view.focus()  # as tab would
+            await pilot.press("enter")
+            await until(pilot, lambda: "line 30" in view.plain, "expanded by enter")
+            await pilot.press("ctrl+e")  # none collapsed: collapse all
+            await until(pilot, lambda: view.plain == collapsed, "collapsed by ctrl+e")
+            await pilot.press("ctrl+e")
+            await until(pilot, lambda: "line 30" in view.plain, "expanded by ctrl+e")
+
+
 async def test_popup_closes_when_another_client_answers(
     server: ServerProcess, sdk: ToolrelayClient, workspace: Path
 ) -> None:

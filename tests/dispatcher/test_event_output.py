@@ -9,6 +9,7 @@ import pytest
 
 from adapters.canonical import ImageBlock, SideEffects, TextBlock, ToolDefinition, ToolUseBlock
 from dispatcher import DispatchSession, ToolDispatcher
+from dispatcher.errors import ToolTimeout
 from dispatcher.event_output import event_message
 from dispatcher.tool import ToolContext, ToolOutput
 from tests.dispatcher.support import EchoTool, RecordingPublisher, schema
@@ -101,6 +102,50 @@ async def test_images_that_fit_are_kept(
     data = publisher.first("tool.completed").data
     assert data["truncated"] is False
     assert [b["type"] for b in data["content"]] == ["text", "image", "image"]
+
+
+class FailingWithOutputTool:
+    """Fails (as a timeout does) after producing a large output."""
+
+    definition = ToolDefinition(
+        name="fail_big",
+        description="Fails with a large partial output.",
+        input_schema=schema({"text": {"type": "string"}}, ["text"]),
+        side_effects=SideEffects.NONE,
+    )
+
+    async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:
+        raise ToolTimeout("fail_big timed out", partial_output=input["text"])
+
+    async def cancel(self) -> bool:
+        return False
+
+
+async def test_a_failed_calls_partial_output_is_cut_in_its_event_and_kept_in_the_result(
+    small_events: ToolDispatcher, session: DispatchSession, publisher: RecordingPublisher
+) -> None:
+    small_events.register(FailingWithOutputTool)
+    text = ("é" * 3000) + ("y" * 20_000)
+    result = await small_events.dispatch(_use("fail_big", text), session, turn_id="t")
+    # The tool_result keeps every byte the tool produced.
+    assert result.is_error and text in result.text()
+    data = publisher.first("tool.failed").data
+    assert data["error_class"] == "timeout"
+    full = len(text.encode())
+    assert data["truncated"] is True and data["output_bytes"] == full
+    shown = data["partial_output"]
+    assert text.startswith(shown.split("\n[output truncated")[0])
+    assert f"of {full} bytes" in shown
+    assert len(shown.encode()) < LIMIT + 200
+
+
+async def test_a_small_partial_output_travels_whole(
+    small_events: ToolDispatcher, session: DispatchSession, publisher: RecordingPublisher
+) -> None:
+    small_events.register(FailingWithOutputTool)
+    await small_events.dispatch(_use("fail_big", "started\n"), session, turn_id="t")
+    data = publisher.first("tool.failed").data
+    assert data["partial_output"] == "started\n" and "truncated" not in data
 
 
 def test_the_limit_must_be_positive() -> None:

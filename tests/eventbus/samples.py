@@ -25,6 +25,14 @@ SAMPLES: dict[EventType, dict[str, Any]] = {
             ],
         }
     },
+    EventType.MODEL_RETRY: {
+        "attempt": 1,
+        "error_kind": "rate_limit",
+        "delay_s": 0.5,
+        "provider": "anthropic",
+        "status_code": 429,
+        "step": 1,
+    },
     EventType.TOOL_CALLED: {
         "tool_use_id": "tu_1",
         "tool_name": "read_file",

@@ -71,6 +71,9 @@ async def test_session_subscriber_is_cut_off_without_a_log() -> None:
                     drained.append(record.session_seq)
         assert drained == list(range(1, 17))
         assert caught.value.last_cursor == 16 and caught.value.session_id == "ses_a"
+        # Cut by count: the message says so.
+        assert caught.value.max_bytes is None
+        assert "more than 16 events behind (the queue's event count limit)" in str(caught.value)
         assert bus.subscriber_count("ses_a") == 0 and bus.subscriber_count("ses_b") == 1
 
 
@@ -146,6 +149,10 @@ async def test_a_subscriber_is_cut_off_by_bytes_before_its_count_is_reached(
         assert 0 < len(got) < 10
         assert sum(len(r.text) for r in got) <= budget
         assert caught.value.last_cursor == got[-1].seq
+        # The message names the budget that was exceeded: bytes, not events.
+        assert caught.value.max_bytes == budget
+        assert f"more than {budget} bytes of events behind" in str(caught.value)
+        assert "byte limit" in str(caught.value) and "count limit" not in str(caught.value)
         assert slow.queued_bytes == 0
         # The other one, with room enough, has all of it.
         assert len(await take(small, 40)) == 40

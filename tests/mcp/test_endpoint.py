@@ -299,3 +299,33 @@ async def test_concurrent_mcp_calls_respect_the_session_cap(
         assert kinds[:2] == ["tool.called"] * 2 and kinds[2] == "tool.completed"
     finally:
         await stream.ws.close()
+
+
+async def test_mcp_call_with_arguments_over_the_input_limits_is_an_error_result(
+    server_factory: ServerFactory, tmp_path: Path
+) -> None:
+    # The limits of tool input over HTTP hold for MCP tools/call arguments too:
+    # an error result naming the limit, the tool not run, nothing logged of it.
+    relay = server_factory({})
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "a.txt").write_text("alpha\n")
+    sid = await new_session(relay, workspace)
+    deep: Any = "x"
+    for _ in range(100):
+        deep = [deep]
+    async with await Stream.open(relay.ws_url(f"/sessions/{sid}/events", after=0)) as stream:
+        async with mcp_client(relay, sid) as client:
+            nested = await client.call_tool("read_file", {"path": deep})
+            wide = await client.call_tool("read_file", {"path": list(range(20_000))})
+            fine = await client.call_tool("read_file", {"path": "a.txt"})
+        await stream.until("tool.completed")
+    assert nested.is_error and "arguments.path" in text_of(nested)
+    assert "nests deeper than 32 levels" in text_of(nested)
+    assert wide.is_error and "has 20000 items; at most 10000 are allowed" in text_of(wide)
+    assert not fine.is_error and "alpha" in text_of(fine)
+    # Only the call within the limits reached the dispatcher.
+    assert len(stream.of("tool.called")) == 1
+    async with relay.client() as http:
+        assert (await http.get(f"/sessions/{sid}/messages")).status_code == 200
+        assert (await http.get(f"/sessions/{sid}/turns")).status_code == 200

@@ -9,6 +9,7 @@ allowed to answer without a token are the ones listed in PUBLIC below.
 
 from __future__ import annotations
 
+import re
 import secrets
 import shutil
 import tempfile
@@ -18,7 +19,8 @@ from typing import Any
 
 import httpx2
 import pytest
-from fastapi.routing import APIRoute, APIWebSocketRoute
+from fastapi.routing import APIRoute
+from starlette.routing import Mount, Route, WebSocketRoute
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
@@ -81,9 +83,10 @@ def _operations(spec: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
 
 
 def _fill(path: str, **values: str) -> str:
-    for name, value in values.items():
-        path = path.replace("{" + name + "}", value)
-    assert "{" not in path, f"no value for a parameter of {path}"
+    """``path`` with each ``{parameter}`` replaced: by its value in ``values``, or by
+    a made-up one (``x_<name>``) for a parameter of a route added since."""
+    path = re.sub(r"\{([^{}:]+)(?::[^{}]*)?\}", lambda m: values.get(m[1], f"x_{m[1]}"), path)
+    assert "{" not in path and "}" not in path, f"unfilled parameter in {path}"
     return path
 
 
@@ -95,12 +98,14 @@ def _routes(routes: list[Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
         if inner is not None:
             context = getattr(route, "include_context", None)
             yield from _routes(inner.routes, prefix + str(getattr(context, "prefix", "") or ""))
-        elif isinstance(route, APIRoute | APIWebSocketRoute):
+        elif isinstance(route, Route | WebSocketRoute | Mount):
+            # Plain Starlette routes too (the MCP endpoint is one): OpenAPI
+            # leaves them out, so only the route table shows them.
             yield prefix + route.path, route
 
 
 def _websocket_paths() -> list[str]:
-    return [path for path, r in _routes(_app().routes) if isinstance(r, APIWebSocketRoute)]
+    return [path for path, r in _routes(_app().routes) if isinstance(r, WebSocketRoute)]
 
 
 def _app() -> Any:
@@ -143,10 +148,31 @@ async def test_every_route_and_stream_needs_a_valid_token(users: ServerProcess) 
 
     # Every route of the app is either described by OpenAPI or deliberately public.
     described = {path for _, path, _ in operations}
-    http_routes = [path for path, r in _routes(_app().routes) if isinstance(r, APIRoute)]
+    table = list(_routes(_app().routes))
+    http_routes = [path for path, r in table if isinstance(r, APIRoute)]
     assert len(http_routes) >= len(described)
     for path in http_routes:
         assert path in described or _is_public(path), f"{path} is neither described nor public"
+    # Mounted apps (static files) are public by design; any other is a hole.
+    for path, r in table:
+        if isinstance(r, Mount):
+            assert _is_public(path), f"mount {path} is not public: its auth is untested"
+    # Plain routes that OpenAPI does not describe (the MCP endpoint) need a token too.
+    plain = [
+        (method, path)
+        for path, r in table
+        if isinstance(r, Route) and not isinstance(r, APIRoute) and not _is_public(path)
+        for method in sorted(r.methods or ())
+        if method != "HEAD" and path not in described
+    ]
+    assert ("POST", "/sessions/{session_id}/mcp") in plain
+    async with httpx2.AsyncClient(base_url=srv.base_url, timeout=WAIT) as anon:
+        for method, template in plain:
+            path = _fill(template, session_id="ses_x")
+            for headers in BAD_AUTH:
+                response = await anon.request(method, path, headers=headers)
+                assert response.status_code == 401, (method, path, headers, response.text)
+                assert response.headers["www-authenticate"] == "Bearer"
 
     ws_paths = _websocket_paths()
     assert {"/events", "/sessions/{session_id}/events"} <= set(ws_paths)

@@ -12,8 +12,12 @@ wire, not inferred.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from pathlib import Path
+
+import httpx2
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.fakes.fake_providers import FakeProviderServer, HttpError, Reply, ToolCall
 from tests.harness import ServerProcess
@@ -219,15 +223,46 @@ async def test_rate_limit_is_retried_then_succeeds(
     fake_provider.plan(HttpError.rate_limited(0.05), Reply.text("Fine now."))
     srv = agent_server
     async with srv.client("alice") as http:
+        before = await retries_counted(http, provider)
         sid = await new_session(http, workspace, model=MODELS[provider])
-        tid = await message_turn(http, sid, "Hello?")
+        async with await Stream.open(srv.ws_url(f"/sessions/{sid}/events", after=0)) as stream:
+            tid = await message_turn(http, sid, "Hello?")
+            await stream.until("turn.completed")
         turn = await wait_turn(http, sid, tid)
         messages = (await http.get(f"/sessions/{sid}/messages")).json()["messages"]
+        # The observer counts just after the event is committed: poll, bounded.
+        for _ in range(200):
+            after = await retries_counted(http, provider)
+            if after >= before + 1:
+                break
+            await asyncio.sleep(0.05)
     assert turn["status"] == "completed", turn
     assert [r.outcome for r in fake_provider.requests] == ["http_error", "completed"]
     assert messages[-1]["content"] == [{"type": "text", "text": "Fine now."}]
-    # The retry is visible in the server log, tied to the turn.
+    # The retry is visible in the server log, tied to the turn ...
     assert f"turn {tid} step 1: model call retry 1" in srv.stderr()
+    # ... as an event of the turn, before the reply ...
+    (retry,) = stream.of("model.retry")
+    assert retry["turn_id"] == tid
+    assert retry["data"]["attempt"] == 1 and retry["data"]["error_kind"] == "rate_limit"
+    assert retry["data"]["provider"] == provider and retry["data"]["delay_s"] >= 0
+    types = [e["type"] for e in stream.events]
+    assert types.index("model.retry") < types.index("message.delta")
+    # ... and in /metrics.
+    assert after == before + 1
+
+
+async def retries_counted(http: httpx2.AsyncClient, provider: str) -> float:
+    r = await http.get("/metrics")
+    assert r.status_code == 200, r.text
+    for family in text_string_to_metric_families(r.text):
+        for sample in family.samples:
+            if sample.name == "toolrelay_provider_retries_total" and sample.labels == {
+                "provider": provider,
+                "error_kind": "rate_limit",
+            }:
+                return sample.value
+    return 0.0
 
 
 async def test_stream_cut_midway_fails_the_turn_with_its_kind(

@@ -204,3 +204,31 @@ async def test_sandboxed_shell_cannot_read_the_data_dir(tmp_path: Path) -> None:
     finally:
         srv.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+async def test_banner_and_sessions_name_the_model_they_resolve_to(
+    server_factory: ServerFactory, workspace: Path
+) -> None:
+    """No provider key: the default is the offline scripted model; a key picks its
+    provider. A session without a model reports what its turns resolve to."""
+    plain = server_factory(BASE_CONFIG)
+    assert "  Model:     scripted (no provider key set)" in plain.stdout()
+    async with plain.client() as http:
+        sid = await new_session(http, workspace)
+        session = (await http.get(f"/sessions/{sid}")).json()
+        assert session["model"] is None and session["resolved_model"] == "scripted"
+
+    keyed = server_factory(BASE_CONFIG, env={"ANTHROPIC_API_KEY": "sk-ant-test-not-real"})
+    assert "  Model:     anthropic/claude-sonnet-4-5 (ANTHROPIC_API_KEY is set)" in keyed.stdout()
+    assert "sk-ant-test-not-real" not in keyed.all_output()
+    async with keyed.client() as http:
+        sid = await new_session(http, workspace)
+        listed = (await http.get("/sessions")).json()["sessions"]
+        (session,) = [s for s in listed if s["id"] == sid]
+        assert session["resolved_model"] == "anthropic/claude-sonnet-4-5"
+        r = await http.post("/sessions", json={"workspace": str(workspace), "model": "scripted"})
+        assert r.status_code == 201, r.text
+        assert r.json()["model"] == "scripted" == r.json()["resolved_model"]
+
+    chosen = server_factory(BASE_CONFIG, env={"TOOLRELAY_MODEL": "scripted"})
+    assert "  Model:     scripted (from TOOLRELAY_MODEL)" in chosen.stdout()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from importlib.metadata import version
@@ -51,6 +52,11 @@ async def test_json_logs_are_one_object_per_line_with_tool_call_fields(
     posts = [r for r in requests if r["method"] == "POST" and r["path"] == "/sessions"]
     assert posts and posts[0]["status"] == 201
     assert any("token=***" in r["path"] for r in requests), requests
+    # Every request line carries its duration; a session's requests name it.
+    assert all(isinstance(r["duration_ms"], int | float) for r in requests), requests
+    assert all(r["duration_ms"] >= 0 for r in requests), requests
+    turn_gets = [r for r in requests if r["method"] == "GET" and f"/turns/{tid}" in r["path"]]
+    assert turn_gets and all((r["session_id"], r["turn_id"]) == (sid, tid) for r in turn_gets)
 
     calls = {line["tool_use_id"]: line for line in lines if line.get("kind") == "tool_call"}
     assert set(calls) == {"tu_ok", "tu_bad"}
@@ -79,6 +85,12 @@ async def test_text_logs_stay_text_and_name_each_tool_call(
     stderr = srv.stderr()
     assert srv.token not in stderr
     assert "token=***" in stderr
+    # Request lines end with their duration: ... "POST /sessions HTTP/1.1" 201 Created 3.2ms.
+    posts = [line for line in stderr.splitlines() if '"POST /sessions HTTP/1.1" 201 ' in line]
+    assert posts, stderr
+    assert all(re.search(r" 201 Created \d+\.\dms$", line) for line in posts), posts
+    redacted = [line for line in stderr.splitlines() if "token=***" in line and "HTTP/1.1" in line]
+    assert redacted and all(re.search(r" \d+\.\dms$", line) for line in redacted), redacted
     assert "tool call read_file (tu_ok) completed in" in stderr
     assert "tool call read_file (tu_bad) failed:" in stderr
     # Not JSON.

@@ -23,10 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
-import select
 import sys
-import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -57,15 +54,12 @@ _BOOT = (
 _PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
 STARTUP_TIMEOUT = 30.0
 EXIT_TIMEOUT = 5.0
-# How long an append waits for its commit's acknowledgement before handing
-# back to the loop (see ProcessLogAccess._await_briefly). The child commits a
-# small batch in ~0.3 ms, wake-up included; a busy loop comes back to its
-# selector only after its current iteration, 2-12 ms in a running turn.
-ACK_WAIT_MS = 1.0
-# Only small batches wait so: a large one means a loaded loop, which has
-# better things to do meanwhile than watch the child commit.
-ACK_WAIT_MAX_BATCH = 64
-_READ_SIZE = 1 << 16
+# Replies are read only by the pipe transport. Reading the pipe directly to
+# pick up an acknowledgement sooner reorders the byte stream: asyncio's
+# subprocess transport reads a chunk and hands it to the protocol later
+# (call_soon), so a direct read can deliver newer bytes first, and replies
+# then pair with the wrong requests (seen under load as a replay answered
+# with an append's empty acknowledgement).
 
 
 class LogAccess(Protocol):
@@ -271,8 +265,6 @@ class ProcessLogAccess:
         self._failure: EventLogError | None = None
         self._closing = False
         # The child's stdout, polled directly while an append waits briefly.
-        self._replies_fd: int | None = None
-        self._poll: select.poll | None = None
         # Told when the child dies unasked, so an idle bus learns it at once
         # (not at its next write) and the server can exit for a restart.
         self.on_lost: Callable[[EventLogError], None] | None = None
@@ -319,12 +311,6 @@ class ProcessLogAccess:
             await self._stop_process()
             raise _error_from(payload)
         self._started = True
-        stdout = self._transport.get_pipe_transport(1)
-        pipe = None if stdout is None else stdout.get_extra_info("pipe")
-        if pipe is not None:
-            self._replies_fd = pipe.fileno()
-            self._poll = select.poll()
-            self._poll.register(self._replies_fd, select.POLLIN)
         body = json.loads(payload)
         return int(body["last_seq"]), {str(k): int(v) for k, v in body["sessions"].items()}
 
@@ -334,10 +320,7 @@ class ProcessLogAccess:
         if not records:
             return
         payload = RECORD_SEPARATOR.join([r.text for r in records]).encode()
-        future = self._send(APPEND, payload, on_commit)
-        if len(records) <= ACK_WAIT_MAX_BATCH:
-            self._await_briefly(future)
-        await self._reply(future)
+        await self._reply(self._send(APPEND, payload, on_commit))
 
     async def read_page(
         self,
@@ -400,40 +383,6 @@ class ProcessLogAccess:
         self._waiting.append((future, on_ok))
         stdin.write(frame(op, payload))
         return future
-
-    def _await_briefly(self, future: asyncio.Future[tuple[bytes, bytes]]) -> None:
-        """Wait for ``future``'s reply on the loop's thread, ACK_WAIT_MS at most.
-
-        Durable before visible means a commit's acknowledgement must arrive
-        before its events are fanned out. Left to the loop, the reply waits
-        for the loop's current iteration to end, which in a running turn takes
-        several times the child's round trip; so the writer polls the reply
-        pipe itself for a moment and feeds what it reads to the protocol (the
-        transport's own read callback then finds the pipe empty, which it
-        takes in its stride). A reply that is not there in time arrives the
-        usual way. Nothing is waited for while the request pipe is full.
-        """
-        fd, poll, protocol, stdin = self._replies_fd, self._poll, self._protocol, self._stdin
-        if fd is None or poll is None or protocol is None or stdin is None:
-            return
-        if stdin.get_write_buffer_size():
-            return
-        deadline = time.monotonic() + ACK_WAIT_MS / 1000
-        while not future.done():
-            left = (deadline - time.monotonic()) * 1000
-            if left <= 0:
-                return
-            try:
-                if not poll.poll(left):
-                    return
-                data = os.read(fd, _READ_SIZE)
-            except (BlockingIOError, InterruptedError):
-                continue
-            except OSError:
-                return
-            if not data:
-                return  # end of output: the transport reports it
-            protocol.pipe_data_received(1, data)
 
     async def _reply(self, future: asyncio.Future[tuple[bytes, bytes]]) -> bytes:
         if not future.done():

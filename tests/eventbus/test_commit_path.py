@@ -49,7 +49,7 @@ async def test_small_and_large_batches_are_delivered_in_order_after_commit(
         bus = EventBus(log)
         await bus.start()
         sub = await bus.subscribe()
-        for burst in (1, 3, 200, 1, 70, 2):  # below and above ACK_WAIT_MAX_BATCH
+        for burst in (1, 3, 200, 1, 70, 2):  # one-chunk and multi-chunk batches
             for i in range(burst):
                 bus.publish("message.delta", {"text": str(i)}, session_id=f"s{i % 2}")
             await asyncio.sleep(0)

@@ -129,10 +129,12 @@ class Sandbox:
             args.append("--unshare-net")
         for path in FRESH_DIRS:
             args += ["--tmpfs", path]
-        args += self._masks
         for path in extra_readable:
             real = os.path.realpath(path)
             args += ["--ro-bind", real, real]
+        # Masks after the re-exposed paths: a folder made visible again must
+        # never uncover a hidden path inside it.
+        args += self._masks
         args += ["--bind" if writable_workspace else "--ro-bind", ws, ws]
         for path in extra_writable:
             real = os.path.realpath(path)
@@ -176,6 +178,26 @@ def _mask_arguments(hidden: Iterable[str], workspace_root: str) -> list[str]:
         elif os.path.lexists(path):
             args += ["--ro-bind", "/dev/null", path]
     return args
+
+
+def reexposed_folders(paths: Iterable[str]) -> list[str]:
+    """Folders to show again (read-only) so that trusted, admin-configured
+    paths living under a fresh mount keep working in the sandbox: for each
+    existing absolute path under ``/tmp``, ``/run`` or ``/dev/shm`` (as given
+    and resolved), the folder just below that mount (``/tmp/ci`` for
+    ``/tmp/ci/.venv/bin/python``: a venv needs its whole tree). Hidden paths
+    inside them stay hidden (masks are applied after these binds)."""
+    found: dict[str, None] = {}
+    for raw in paths:
+        if not raw or not os.path.isabs(raw) or not os.path.lexists(raw):
+            continue
+        for candidate in (os.path.abspath(raw), os.path.realpath(raw)):
+            for fresh in FRESH_DIRS:
+                prefix = fresh + os.sep
+                if candidate.startswith(prefix):
+                    top = candidate[len(prefix) :].split(os.sep, 1)[0]
+                    found.setdefault(os.path.join(fresh, top), None)
+    return list(found)
 
 
 def probe(bwrap: str | None = None, hidden: Iterable[str] = ()) -> tuple[str | None, str]:

@@ -38,7 +38,7 @@ from dispatcher.errors import ToolError, ToolExecutionError, ToolRegistrationErr
 from dispatcher.mcp.config import McpServerConfig
 from dispatcher.mcp.schema import SchemaNotExpressible, translate_schema
 from dispatcher.mcp.tool import McpTool, OutputValidator
-from dispatcher.sandbox import Sandbox, SandboxConfig
+from dispatcher.sandbox import Sandbox, SandboxConfig, reexposed_folders
 
 if TYPE_CHECKING:
     from dispatcher.dispatcher import ToolDispatcher
@@ -239,7 +239,14 @@ class McpConnection:
             # Server-wide, not per workspace: the server's "workspace" is its cwd,
             # the only place it may write; the host is visible read-only.
             sandbox = Sandbox(sandbox_config, cwd)
-            argv = sandbox.command(argv, cwd=cwd, network=cfg.network, host_view="full")
+            # The command and its path arguments come from the admin's config
+            # (trusted): when they live under /tmp (a venv, a checkout), show
+            # their folder again, read-only, over the sandbox's fresh /tmp.
+            command_path = shutil.which(cfg.command) or cfg.command
+            shown = reexposed_folders([command_path, *cfg.args])
+            argv = sandbox.command(
+                argv, cwd=cwd, network=cfg.network, host_view="full", extra_readable=shown
+            )
         return StdioServerParameters(command=argv[0], args=argv[1:], env=dict(cfg.env), cwd=cwd)
 
     def _private(self) -> str:

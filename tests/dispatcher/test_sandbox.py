@@ -29,6 +29,7 @@ from dispatcher.sandbox import (
     configure,
     hidden_paths,
     probe,
+    reexposed_folders,
 )
 
 BWRAP = shutil.which("bwrap")
@@ -279,3 +280,34 @@ def test_probe_reports_a_failing_bwrap(host_dir: Path) -> None:
     exe, reason = probe(str(fake))
     assert exe is None
     assert reason == "bwrap failed: bwrap: No permission to create new namespace"
+
+
+def test_a_trusted_folder_under_tmp_is_shown_again_without_its_hidden_paths(
+    host_dir: Path,
+) -> None:
+    """An admin-configured program living under /tmp (a venv in a checkout
+    there) must still run in the sandbox's fresh /tmp, and showing its folder
+    again must not uncover a hidden path inside that folder."""
+    checkout = Path(tempfile.mkdtemp(prefix="toolrelay-trusted-", dir="/tmp")).resolve()
+    try:
+        program = checkout / "venv" / "bin" / "tool"
+        program.parent.mkdir(parents=True)
+        program.write_text("#!/bin/sh\necho trusted-ran\n")
+        program.chmod(0o755)
+        secret_dir = checkout / "data"
+        secret_dir.mkdir()
+        (secret_dir / "token").write_text("canary-reexposed")
+        workspace = host_dir / "ws"
+        workspace.mkdir()
+        shown = reexposed_folders([str(program), "--flag", "/not/there"])
+        assert shown == [str(checkout)]
+        box = _box(workspace, hidden=(str(secret_dir),))
+        without = _run(box.command([str(program)]))
+        assert without.returncode != 0  # the control: /tmp is fresh inside
+        ran = _run(box.command([str(program)], extra_readable=shown))
+        assert ran.stdout.strip() == "trusted-ran", ran.stderr
+        peek = _sh(box, f"cat {secret_dir}/token; ls {secret_dir}", extra_readable=shown)
+        assert "canary-reexposed" not in peek.stdout + peek.stderr
+        assert "token" not in peek.stdout
+    finally:
+        shutil.rmtree(checkout, ignore_errors=True)

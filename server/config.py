@@ -34,7 +34,7 @@ def default_data_dir() -> str:
     """``$XDG_STATE_HOME/toolrelay`` (``~/.local/state/toolrelay``): outside any
     checkout, so a newcomer who serves from a repository and opens a session on
     it never puts the token and databases inside the workspace. The TUI's
-    ``clients.tui.cli.default_data_dir`` must give the same answer (a test checks)."""
+    ``clients.local.default_data_dir`` must give the same answer (a test checks)."""
     state = os.environ.get("XDG_STATE_HOME") or os.path.join("~", ".local", "state")
     return os.path.join(state, "toolrelay")
 

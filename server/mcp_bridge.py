@@ -18,15 +18,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx2
 import mcp_types as types
 
-from server.auth import TOKEN_FILE
-from server.config import default_data_dir
+from clients.local import UsageError, resolve_token
 
 DEFAULT_URL = "http://127.0.0.1:8765"
 
@@ -49,15 +47,16 @@ def add_arguments(sub: Any) -> None:
         p.add_argument(
             "--token",
             default=None,
-            help="access token (default: $TOOLRELAY_TOKEN, else the token file in the "
-            "default data dir)",
+            help="access token (default: $TOOLRELAY_TOKEN, else the token file in "
+            "$TOOLRELAY_DATA_DIR or the default data dir)",
         )
 
 
 def run(args: argparse.Namespace) -> int:
-    token = args.token or os.environ.get("TOOLRELAY_TOKEN") or _token_file()
-    if not token:
-        print("toolrelay mcp: no token (use --token or TOOLRELAY_TOKEN)", file=sys.stderr)
+    try:
+        token = resolve_token(args.token)
+    except UsageError as exc:
+        print(f"toolrelay mcp: {exc}", file=sys.stderr)
         return 2
     headers = {"Authorization": f"Bearer {token}", "X-Client-Name": "mcp-bridge"}
     url = args.url.rstrip("/")
@@ -73,14 +72,6 @@ def run(args: argparse.Namespace) -> int:
         return 1
     print("toolrelay mcp: say 'serve' or 'list' (see --help)", file=sys.stderr)
     return 2
-
-
-def _token_file() -> str | None:
-    path = Path(os.path.expanduser(default_data_dir())) / TOKEN_FILE
-    try:
-        return path.read_text(encoding="utf-8").strip() or None
-    except OSError:
-        return None
 
 
 def _list(url: str, headers: dict[str, str]) -> int:

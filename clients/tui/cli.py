@@ -6,8 +6,12 @@ import argparse
 import asyncio
 import os
 import sys
-from pathlib import Path
 
+from clients.local import (  # re-exported: the TUI's command line uses them
+    UsageError,
+    data_dir_from,
+    resolve_token,
+)
 from clients.sdk import (
     ApiError,
     Backoff,
@@ -19,11 +23,6 @@ from clients.sdk import (
 )
 
 DEFAULT_URL = "http://127.0.0.1:8765"
-TOKEN_FILE = "token"  # written by `toolrelay serve` into its data dir
-
-
-class UsageError(Exception):
-    """The command line cannot be used; the message says why."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -42,7 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--data-dir",
-        default=os.environ.get("TOOLRELAY_DATA_DIR") or default_data_dir(),
+        default=data_dir_from(),
         help="the server's data dir, to read its token file (default: $TOOLRELAY_DATA_DIR or "
         "$XDG_STATE_HOME/toolrelay, i.e. ~/.local/state/toolrelay)",
     )
@@ -56,34 +55,6 @@ def _parser() -> argparse.ArgumentParser:
         "(the server checks it)",
     )
     return parser
-
-
-def default_data_dir() -> str:
-    """Where ``toolrelay serve`` keeps its data (and token) by default. Kept here
-    rather than imported: clients never import the server package. The server's
-    ``server.config.default_data_dir`` must agree (tests/clients checks it)."""
-    state = os.environ.get("XDG_STATE_HOME") or os.path.join("~", ".local", "state")
-    return os.path.join(state, "toolrelay")
-
-
-def resolve_token(explicit: str | None, data_dir: str, env: dict[str, str] | None = None) -> str:
-    """The token to use: --token, then $TOOLRELAY_TOKEN, then ``<data_dir>/token``."""
-    if explicit:
-        return explicit
-    environ = os.environ if env is None else env
-    if environ.get("TOOLRELAY_TOKEN"):
-        return environ["TOOLRELAY_TOKEN"]
-    path = Path(data_dir).expanduser() / TOKEN_FILE
-    try:
-        token = path.read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise UsageError(
-            f"no token: pass --token, set TOOLRELAY_TOKEN, or point --data-dir at the server's "
-            f"data dir (could not read {path}: {exc.strerror})"
-        ) from None
-    if not token:
-        raise UsageError(f"token file {path} is empty")
-    return token
 
 
 async def open_session(

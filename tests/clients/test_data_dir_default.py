@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from clients.tui.cli import default_data_dir as tui_default
+from clients.local import default_data_dir as tui_default
+from clients.local import resolve_token
 from server.config import default_data_dir as server_default
 from server.config import load_config
 
@@ -34,3 +35,15 @@ def test_default_is_outside_the_working_directory(
     data_dir = load_config(None, env={}).data_dir
     assert data_dir == (tmp_path / "home" / ".local" / "state" / "toolrelay").resolve()
     assert not data_dir.is_relative_to(tmp_path / "repo")
+
+
+def test_the_token_lookup_follows_toolrelay_data_dir(tmp_path: Path) -> None:
+    """Every command-line client (TUI, MCP bridge) finds the token where a server
+    started with TOOLRELAY_DATA_DIR wrote it, and an explicit token still wins."""
+    data_dir = tmp_path / "state"
+    data_dir.mkdir()
+    (data_dir / "token").write_text("from-the-data-dir\n")
+    env = {"TOOLRELAY_DATA_DIR": str(data_dir)}
+    assert resolve_token(None, env=env) == "from-the-data-dir"
+    assert resolve_token("explicit", env=env) == "explicit"
+    assert resolve_token(None, env={**env, "TOOLRELAY_TOKEN": "from-env"}) == "from-env"

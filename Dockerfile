@@ -8,6 +8,7 @@ RUN apt-get update \
 
 WORKDIR /app
 COPY pyproject.toml README.md ./
+COPY protocol ./protocol
 COPY adapters ./adapters
 COPY dispatcher ./dispatcher
 COPY eventbus ./eventbus

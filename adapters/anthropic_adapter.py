@@ -25,7 +25,6 @@ from adapters.base import (
     ToolUseStarted,
     Usage,
 )
-from adapters.canonical import ContentBlock, Message, TextBlock, ToolUseBlock
 from adapters.clients import ProviderClients
 from adapters.errors import (
     ProviderAuthError,
@@ -39,6 +38,7 @@ from adapters.errors import (
 )
 from adapters.retry import RetryPolicy, Sleep, with_retries
 from adapters.tool_args import parse_tool_arguments
+from protocol.canonical import ContentBlock, Message, TextBlock, ToolUseBlock
 
 PROVIDER = "anthropic"
 

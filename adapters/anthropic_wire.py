@@ -26,7 +26,9 @@ from __future__ import annotations
 from typing import Any
 
 from adapters.base import ModelRequest
-from adapters.canonical import (
+from adapters.errors import RequestConversionError
+from adapters.schema_check import check_tool_definition
+from protocol.canonical import (
     ContentBlock,
     ImageBlock,
     Message,
@@ -36,8 +38,6 @@ from adapters.canonical import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from adapters.errors import RequestConversionError
-from adapters.schema_check import check_tool_definition
 
 JSON = dict[str, Any]
 

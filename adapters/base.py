@@ -25,8 +25,8 @@ from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from adapters.canonical import Message, ToolDefinition, ToolUseBlock
 from adapters.errors import ProviderError, ProviderResponseError
+from protocol.canonical import Message, ToolDefinition, ToolUseBlock
 
 StopReason = Literal["end_turn", "tool_use", "max_tokens", "stop_sequence", "other"]
 

@@ -26,7 +26,6 @@ from adapters.base import (
     ToolUseStarted,
     Usage,
 )
-from adapters.canonical import ContentBlock, Message, TextBlock, ToolUseBlock
 from adapters.clients import ProviderClients
 from adapters.errors import (
     ProviderBadRequestError,
@@ -40,6 +39,7 @@ from adapters.errors import (
 from adapters.openai_wire import build_request
 from adapters.retry import RetryPolicy, Sleep, with_retries
 from adapters.tool_args import parse_tool_arguments
+from protocol.canonical import ContentBlock, Message, TextBlock, ToolUseBlock
 
 _FINISH_REASONS: dict[str, StopReason] = {
     "stop": "end_turn",

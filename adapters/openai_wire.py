@@ -33,7 +33,10 @@ import json
 from typing import Any
 
 from adapters.base import ModelRequest
-from adapters.canonical import (
+from adapters.errors import RequestConversionError
+from adapters.schema_check import check_tool_definition
+from adapters.tool_args import parse_tool_arguments
+from protocol.canonical import (
     ContentBlock,
     ImageBlock,
     Message,
@@ -43,9 +46,6 @@ from adapters.canonical import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from adapters.errors import RequestConversionError
-from adapters.schema_check import check_tool_definition
-from adapters.tool_args import parse_tool_arguments
 
 JSON = dict[str, Any]
 

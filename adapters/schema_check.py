@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from adapters.canonical import ToolDefinition
 from adapters.errors import RequestConversionError
+from protocol.canonical import ToolDefinition
 
 # Keywords outside the subset, wherever they appear in a schema.
 FORBIDDEN_KEYWORDS = frozenset(

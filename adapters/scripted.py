@@ -27,11 +27,11 @@ from adapters.base import (
     ToolUseStarted,
     Usage,
 )
-from adapters.canonical import ContentBlock, Message, TextBlock, ToolUseBlock
 from adapters.errors import ProviderBadRequestError
 from adapters.scripted_rules import rule_reply
 from adapters.scripted_script import ScriptReply, ScriptText, load_script
 from adapters.tool_args import parse_tool_arguments
+from protocol.canonical import ContentBlock, Message, TextBlock, ToolUseBlock
 
 PROVIDER = "scripted"
 TOOL_ID_PREFIX = "toolu_scripted_"

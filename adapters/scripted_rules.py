@@ -22,8 +22,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from adapters.canonical import Message, TextBlock, ToolDefinition, ToolResultBlock, ToolUseBlock
 from adapters.scripted_script import ScriptReply, ScriptText, ScriptToolUse
+from protocol.canonical import Message, TextBlock, ToolDefinition, ToolResultBlock, ToolUseBlock
 
 HELP_TEXT = (
     "I am toolrelay's offline scripted model; I understand these commands, one per line:\n"

@@ -51,7 +51,6 @@ from typing import Any
 from jsonschema import Draft7Validator
 from referencing import Registry
 
-from adapters.canonical import SideEffects, ToolDefinition, ToolUseBlock
 from benchmarks.report import Section, Target
 from dispatcher import (
     AutoAllowPolicy,
@@ -63,6 +62,7 @@ from dispatcher import (
     ToolOutput,
     WorkspaceFileAPI,
 )
+from protocol.canonical import SideEffects, ToolDefinition, ToolUseBlock
 
 SCHEMA: dict[str, Any] = {
     "type": "object",

@@ -30,7 +30,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from adapters.canonical import ToolUseBlock
 from benchmarks.dispatch_overhead import INPUT, YIELD_EVERY, NoOpTool
 from benchmarks.fanout import fanout_config, server_run
 from benchmarks.processes import ClientProcess, ServerHandle
@@ -40,6 +39,7 @@ from benchmarks.server_api import wait_health
 from dispatcher import AutoAllowPolicy, DispatchSession, ToolDispatcher, WorkspaceFileAPI
 from eventbus import EventBus, EventLog, EventRecord, Subscription
 from eventbus.encoding import EnvelopeEncoder
+from protocol.canonical import ToolUseBlock
 
 SESSION_STEPS = (1, 10, 100, 1000)
 FLAT = 1.5

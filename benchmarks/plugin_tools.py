@@ -15,8 +15,8 @@ import asyncio
 import time
 from typing import Any, ClassVar
 
-from adapters.canonical import SideEffects, ToolDefinition
 from dispatcher import ToolContext, ToolOutput
+from protocol.canonical import SideEffects, ToolDefinition
 
 # Publishing never waits, so a tight loop would hold the event loop for the
 # whole burst; yielding every so often lets the bus commit and fan out.

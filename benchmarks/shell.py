@@ -32,11 +32,11 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
-from adapters.canonical import ToolUseBlock
 from benchmarks.report import Section, percentile
 from dispatcher import AutoAllowPolicy, DispatchSession, ToolDispatcher, WorkspaceFileAPI
 from dispatcher.sandbox import Sandbox, SandboxConfig, hidden_paths
-from dispatcher.tools.shell import ShellTool
+from dispatcher.tools.shell.tool import ShellTool
+from protocol.canonical import ToolUseBlock
 from server.config import ShellSection
 
 BALLAST_MIB = 200

@@ -36,7 +36,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from adapters.canonical import ToolUseBlock
 from dispatcher import (
     DispatchSession,
     PolicyConfig,
@@ -47,6 +46,7 @@ from dispatcher import (
 )
 from dispatcher.sandbox import Sandbox, SandboxConfig, hidden_paths
 from dispatcher.tools import GrepTool, ReadFileTool, ShellTool, common
+from protocol.canonical import ToolUseBlock
 from server.config import ShellSection
 
 MIB = 1024 * 1024

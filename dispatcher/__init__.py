@@ -3,7 +3,6 @@
 The public API is re-exported here; see specs/tool-dispatcher.md.
 """
 
-from adapters.canonical import SideEffects, ToolDefinition, ToolResultBlock, ToolUseBlock
 from dispatcher.confirmations import (
     ConfirmationBroker,
     ConfirmationRequest,
@@ -47,6 +46,7 @@ from dispatcher.tool import (
     ToolOutput,
 )
 from dispatcher.workspace import WorkspaceFileAPI
+from protocol.canonical import SideEffects, ToolDefinition, ToolResultBlock, ToolUseBlock
 
 __all__ = [
     "ENTRY_POINT_GROUP",

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from adapters.canonical import SideEffects
 from dispatcher.tool import CallRating
+from protocol.canonical import SideEffects
 
 Decision = Literal["allow", "deny", "timeout", "cancelled"]
 Scope = Literal["once", "session"]

@@ -19,14 +19,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from adapters.canonical import (
-    ImageBlock,
-    SideEffects,
-    TextBlock,
-    ToolDefinition,
-    ToolResultBlock,
-    ToolUseBlock,
-)
 from dispatcher.confirmations import ConfirmationBroker, ConfirmationRequest, RememberedAnswer
 from dispatcher.errors import (
     ConfirmationTimeout,
@@ -54,6 +46,14 @@ from dispatcher.tool import (
     ToolFactory,
     ToolHooks,
     ToolOutput,
+)
+from protocol.canonical import (
+    ImageBlock,
+    SideEffects,
+    TextBlock,
+    ToolDefinition,
+    ToolResultBlock,
+    ToolUseBlock,
 )
 
 log = logging.getLogger("toolrelay.dispatcher")

@@ -34,8 +34,8 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from adapters.canonical import SideEffects
 from dispatcher.tool import CallRating
+from protocol.canonical import SideEffects
 
 
 class ConfirmMode(StrEnum):

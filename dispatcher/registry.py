@@ -5,10 +5,10 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass
 
-from adapters.canonical import SideEffects, ToolDefinition
 from dispatcher.errors import ToolRegistrationError
 from dispatcher.schema_subset import CompiledValidator
 from dispatcher.tool import Tool, ToolFactory, ToolHooks
+from protocol.canonical import SideEffects, ToolDefinition
 
 DEFAULT_TIMEOUT = 60.0
 LONG_TIMEOUT = 600.0  # execute and network tools

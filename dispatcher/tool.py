@@ -32,7 +32,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from adapters.canonical import ImageBlock, TextBlock, ToolDefinition
+from protocol.canonical import ImageBlock, TextBlock, ToolDefinition
 
 if TYPE_CHECKING:
     from dispatcher.sandbox import Sandbox

@@ -15,8 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from eventbus.bus import DEBUG_ENV, BusStats, EventBus
-    from eventbus.catalog import EventType
-    from eventbus.envelope import Event
     from eventbus.errors import (
         BusClosed,
         BusNotStarted,
@@ -32,14 +30,12 @@ if TYPE_CHECKING:
         UnknownEventType,
     )
     from eventbus.log import EventLog
-    from eventbus.payloads import PAYLOAD_MODELS, Payload, payload_model, validate_payload
     from eventbus.record import EventRecord
     from eventbus.subscription import Subscription
+    from eventbus.validation import payload_model, validate_payload
 
 _HOMES = {
     "eventbus.bus": ("DEBUG_ENV", "BusStats", "EventBus"),
-    "eventbus.catalog": ("EventType",),
-    "eventbus.envelope": ("Event",),
     "eventbus.errors": (
         "BusClosed",
         "BusNotStarted",
@@ -55,7 +51,7 @@ _HOMES = {
         "UnknownEventType",
     ),
     "eventbus.log": ("EventLog",),
-    "eventbus.payloads": ("PAYLOAD_MODELS", "Payload", "payload_model", "validate_payload"),
+    "eventbus.validation": ("payload_model", "validate_payload"),
     "eventbus.record": ("EventRecord",),
     "eventbus.subscription": ("Subscription",),
 }
@@ -63,23 +59,19 @@ _MODULE_OF = {name: module for module, names in _HOMES.items() for name in names
 
 __all__ = [
     "DEBUG_ENV",
-    "PAYLOAD_MODELS",
     "BusClosed",
     "BusNotStarted",
     "BusStats",
     "CursorError",
     "CursorExpired",
     "CursorInFuture",
-    "Event",
     "EventBus",
     "EventBusError",
     "EventLog",
     "EventLogError",
     "EventNotSerializable",
     "EventRecord",
-    "EventType",
     "InvalidEvent",
-    "Payload",
     "PayloadInvalid",
     "SubscriberTooSlow",
     "Subscription",

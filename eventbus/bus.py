@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal
 
-from eventbus.catalog import EventType
 from eventbus.encoding import EnvelopeEncoder, UtcClock
 from eventbus.errors import (
     BusClosed,
@@ -35,9 +34,10 @@ from eventbus.errors import (
 )
 from eventbus.log import MAX_REPLAY_LIMIT, MEMORY, EventLog, StorageFault
 from eventbus.log_access import LogAccess, ProcessLogAccess, ThreadLogAccess
-from eventbus.payloads import validate_payload
 from eventbus.record import EventRecord
 from eventbus.subscription import Subscription, Visibility
+from eventbus.validation import validate_payload
+from protocol.catalog import EventType
 
 DEBUG_ENV = "TOOLRELAY_EVENT_DEBUG"
 # What one replay page may hold (besides its count): a subscriber catching up

@@ -20,12 +20,12 @@ class InvalidEvent(EventBusError, ValueError):
 
 
 class UnknownEventType(InvalidEvent):
-    """The type is not in ``eventbus.catalog.EventType``."""
+    """The type is not in ``protocol.catalog.EventType``."""
 
     def __init__(self, event_type: object) -> None:
         super().__init__(
-            f"unknown event type {event_type!r}; the catalog (eventbus.catalog.EventType) "
-            "is closed: add the type there and a payload model in eventbus.payloads first"
+            f"unknown event type {event_type!r}; the catalog (protocol.catalog.EventType) "
+            "is closed: add the type there and a payload model in protocol.payloads first"
         )
         self.event_type = event_type
 

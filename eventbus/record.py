@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from eventbus.envelope import Event
+    from protocol.envelope import Event
 
 
 class EventRecord:
@@ -47,7 +47,7 @@ class EventRecord:
         """The envelope as a validated, immutable ``Event``."""
         if self._event is None:
             # Imported here: the log process uses records without loading pydantic.
-            from eventbus.envelope import Event
+            from protocol.envelope import Event
 
             self._event = Event.model_validate_json(self.text)
         return self._event

@@ -45,7 +45,6 @@ from adapters.base import (
     TextDelta,
     Usage,
 )
-from adapters.canonical import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from adapters.clients import ProviderClients, SharedClientAdapter
 from adapters.errors import (
     AdapterConfigError,
@@ -55,6 +54,7 @@ from adapters.errors import (
     RequestConversionError,
 )
 from adapters.registry import create_adapter, default_model, parse_model
+from protocol.canonical import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from server.config import Config
 from server.schemas import InputLimitExceeded, check_json_limits
 from server.store import Store

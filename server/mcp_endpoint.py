@@ -38,7 +38,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
-from adapters.canonical import ImageBlock, TextBlock, ToolResultBlock, ToolUseBlock
+from protocol.canonical import ImageBlock, TextBlock, ToolResultBlock, ToolUseBlock
 from server.errors import ApiError, error_body
 from server.middleware import principal_of
 from server.schemas import InputLimitExceeded, check_json_limits

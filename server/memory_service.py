@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from dispatcher.memory_store import MemoryScope, MemoryStore
 from dispatcher.publisher import EventPublisher
-from dispatcher.tools.memory import MEMORY_TOOL_NAMES
+from dispatcher.tools.knowledge.memory import MEMORY_TOOL_NAMES
+from dispatcher.tools.knowledge.store import MemoryScope, MemoryStore
 
 MEMORY_FILE = "memory.sqlite3"
 

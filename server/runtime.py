@@ -27,12 +27,12 @@ from dispatcher import (
     load_plugins,
 )
 from dispatcher.mcp import McpManager
-from dispatcher.memory_store import MemoryStore
 from dispatcher.reaper import child_reaper
 from dispatcher.sandbox import SandboxConfig, SandboxUnavailable, configure
 from dispatcher.tools import builtin_tool_factories, knowledge_tool_factories
 from dispatcher.tools.code.index import FilesModifiedTap
-from dispatcher.tools.shell import MAX_TIMEOUT as SHELL_MAX_TIMEOUT
+from dispatcher.tools.knowledge.store import MemoryStore
+from dispatcher.tools.shell.tool import MAX_TIMEOUT as SHELL_MAX_TIMEOUT
 from eventbus import EventBus, EventBusError, EventLog
 from server.auth import TOKEN_FILE, TokenRegistry
 from server.config import Config, ConfigError

@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
-from adapters.canonical import ToolUseBlock
+from protocol.canonical import ToolUseBlock
 
 MAX_TOOL_USES = 64
 

@@ -20,15 +20,15 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from adapters.canonical import Message, ToolDefinition
 from adapters.errors import AdapterConfigError
 from adapters.registry import default_model, parse_model, process_environment
 from adapters.scripted_script import load_script
 from dispatcher import DispatchSession, PolicyConfig, RulePolicy, ToolDispatcher, WorkspaceFileAPI
-from dispatcher.memory_store import MemoryStore
 from dispatcher.policy import loosened_calls
 from dispatcher.publisher import EventPublisher
 from dispatcher.sandbox import Sandbox, SandboxConfig, SandboxUnavailable
+from dispatcher.tools.knowledge.store import MemoryStore
+from protocol.canonical import Message, ToolDefinition
 from server.auth import Principal
 from server.config import Config
 from server.errors import (

@@ -15,10 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from adapters.canonical import Message, ToolResultBlock, ToolUseBlock, text_result
 from dispatcher import DispatchSession, ToolDispatcher
 from dispatcher.event_output import event_message
 from dispatcher.publisher import EventPublisher
+from protocol.canonical import Message, ToolResultBlock, ToolUseBlock, text_result
 from server.store import MessageRecord
 
 

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from adapters.canonical import (
+from protocol.canonical import (
     ImageBlock,
     Message,
     SideEffects,

@@ -6,7 +6,7 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from adapters.canonical import SideEffects
+from protocol.canonical import SideEffects
 
 # Server names become part of tool names (mcp_{server}_{tool}).
 SERVER_NAME = r"^[A-Za-z0-9][A-Za-z0-9-]{0,30}$"

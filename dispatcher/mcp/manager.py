@@ -33,12 +33,12 @@ from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from adapters.canonical import ToolDefinition
 from dispatcher.errors import ToolError, ToolExecutionError, ToolRegistrationError
 from dispatcher.mcp.config import McpServerConfig
 from dispatcher.mcp.schema import SchemaNotExpressible, translate_schema
 from dispatcher.mcp.tool import McpTool, OutputValidator
 from dispatcher.sandbox import Sandbox, SandboxConfig, reexposed_folders
+from protocol.canonical import ToolDefinition
 
 if TYPE_CHECKING:
     from dispatcher.dispatcher import ToolDispatcher

@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 import mcp_types as types
 from mcp import MCPError
 
-from adapters.canonical import ImageBlock, TextBlock, ToolDefinition
 from dispatcher.errors import ToolCancelled, ToolExecutionError
 from dispatcher.tool import ToolContext, ToolOutput
+from protocol.canonical import ImageBlock, TextBlock, ToolDefinition
 
 if TYPE_CHECKING:
     from dispatcher.mcp.manager import McpConnection

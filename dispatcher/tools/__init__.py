@@ -8,22 +8,22 @@ documented in specs/tools.md.
 from __future__ import annotations
 
 from dispatcher.tool import ToolFactory
-from dispatcher.tools.apply_patch import ApplyPatchTool
 from dispatcher.tools.code import CODE_TOOLS
-from dispatcher.tools.files import DeleteFileTool, PatchFileTool, ReadFileTool, WriteFileTool
-from dispatcher.tools.git_tools import (
+from dispatcher.tools.files.edit import DeleteFileTool, PatchFileTool, ReadFileTool, WriteFileTool
+from dispatcher.tools.files.listing import FindFilesTool, ListDirTool
+from dispatcher.tools.git.tools import (
     GitBranchTool,
     GitCommitTool,
     GitDiffTool,
     GitLogTool,
     GitStatusTool,
 )
-from dispatcher.tools.grep import GrepTool
-from dispatcher.tools.listing import FindFilesTool, ListDirTool
-from dispatcher.tools.memory import MEMORY_TOOLS
-from dispatcher.tools.retrieve_doc import RetrieveDocTool
-from dispatcher.tools.search_code import SearchCodeTool
-from dispatcher.tools.shell import RunCommandTool, ShellTool
+from dispatcher.tools.knowledge.memory import MEMORY_TOOLS
+from dispatcher.tools.knowledge.retrieve_doc import RetrieveDocTool
+from dispatcher.tools.patch.apply_patch import ApplyPatchTool
+from dispatcher.tools.search.grep import GrepTool
+from dispatcher.tools.search.search_code import SearchCodeTool
+from dispatcher.tools.shell.tool import RunCommandTool, ShellTool
 
 FILE_TOOLS: tuple[ToolFactory, ...] = (
     ReadFileTool,

@@ -1,4 +1,4 @@
-"""Memory routes: see and remove what agents kept (dispatcher.memory_store).
+"""Memory routes: see and remove what agents kept (dispatcher.tools.knowledge.store).
 
 ``GET /memory?workspace=`` lists memories oldest first; ``DELETE
 /memory/{id}`` removes one and announces it (``memory.deleted`` on the stream
@@ -16,7 +16,7 @@ from typing import Any
 
 from fastapi import APIRouter, Query, Response
 
-from dispatcher.memory_store import Memory, MemoryNotFound, MemoryStore
+from dispatcher.tools.knowledge.store import Memory, MemoryNotFound, MemoryStore
 from server.errors import NotFound, StorageUnavailable
 from server.routes.deps import PrincipalDep, RuntimeDep
 from server.runtime import Runtime

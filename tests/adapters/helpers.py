@@ -10,7 +10,9 @@ from fastapi.responses import Response
 
 from adapters.anthropic_adapter import AnthropicAdapter
 from adapters.base import MessageCompleted, ModelAdapter, ModelRequest, StreamEvent
-from adapters.canonical import (
+from adapters.openai_adapter import OpenAIAdapter
+from adapters.retry import RetryPolicy
+from protocol.canonical import (
     Message,
     SideEffects,
     TextBlock,
@@ -18,8 +20,6 @@ from adapters.canonical import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from adapters.openai_adapter import OpenAIAdapter
-from adapters.retry import RetryPolicy
 from tests.fakes.fake_providers import FakeProviderServer
 
 # Short waits so retry tests stay fast; no jitter so delays are exact.

@@ -22,7 +22,6 @@ from adapters.base import (
     ToolUseStarted,
     complete,
 )
-from adapters.canonical import ImageBlock, Message, TextBlock, ToolUseBlock, text_result
 from adapters.errors import (
     ProviderAuthError,
     ProviderBadRequestError,
@@ -34,6 +33,7 @@ from adapters.errors import (
 )
 from adapters.openai_adapter import OpenAIAdapter
 from adapters.retry import RetryPolicy
+from protocol.canonical import ImageBlock, Message, TextBlock, ToolUseBlock, text_result
 from tests.adapters.helpers import (
     FAST_RETRY,
     LIST_DIR,

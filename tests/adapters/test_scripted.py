@@ -16,11 +16,11 @@ from adapters.base import (
     ToolUseReady,
     ToolUseStarted,
 )
-from adapters.canonical import Message, SideEffects, TextBlock, ToolDefinition, text_result
 from adapters.errors import AdapterConfigError, ProviderBadRequestError
 from adapters.scripted import ScriptedAdapter
 from adapters.scripted_rules import HELP_TEXT
 from adapters.scripted_script import MAX_SCRIPT_BYTES, load_script, parse_script
+from protocol.canonical import Message, SideEffects, TextBlock, ToolDefinition, text_result
 from tests.adapters.helpers import collect, final, request, user
 
 

@@ -10,7 +10,9 @@ from hypothesis import strategies as st
 
 from adapters import anthropic_wire, openai_wire
 from adapters.base import ModelRequest
-from adapters.canonical import (
+from adapters.errors import RequestConversionError
+from adapters.schema_check import check_tool_definition
+from protocol.canonical import (
     ContentBlock,
     ImageBlock,
     Message,
@@ -22,8 +24,6 @@ from adapters.canonical import (
     ToolUseBlock,
     text_result,
 )
-from adapters.errors import RequestConversionError
-from adapters.schema_check import check_tool_definition
 
 # -- strategies: well-formed conversations -----------------------------------
 

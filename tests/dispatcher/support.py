@@ -8,7 +8,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from adapters.canonical import SideEffects, ToolDefinition
 from dispatcher import (
     CallRating,
     ConfirmationPreview,
@@ -17,6 +16,7 @@ from dispatcher import (
     ToolOutput,
     WorkspaceFileAPI,
 )
+from protocol.canonical import SideEffects, ToolDefinition
 
 
 @dataclass

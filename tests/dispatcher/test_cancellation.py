@@ -7,8 +7,8 @@ import logging
 
 import pytest
 
-from adapters.canonical import ToolUseBlock
 from dispatcher import DispatchSession, ToolDispatcher, WorkspaceFileAPI
+from protocol.canonical import ToolUseBlock
 from tests.dispatcher.support import (
     Gauge,
     PollingTool,

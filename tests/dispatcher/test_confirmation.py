@@ -6,7 +6,6 @@ import asyncio
 
 import pytest
 
-from adapters.canonical import ToolUseBlock
 from dispatcher import (
     ConfirmationBroker,
     DispatchSession,
@@ -18,6 +17,7 @@ from dispatcher import (
 )
 from dispatcher.dispatcher import PREVIEW_CHARS
 from dispatcher.sandbox import Sandbox, SandboxConfig
+from protocol.canonical import ToolUseBlock
 from tests.dispatcher.support import RatedShell, RecordingPublisher, WriteTool
 from tests.dispatcher.tools.test_shell_rating_corpus import DryShell
 

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from adapters.canonical import ImageBlock, SideEffects, TextBlock, ToolDefinition, ToolUseBlock
 from dispatcher import DispatchSession, ToolDispatcher
 from dispatcher.errors import ToolTimeout
 from dispatcher.event_output import event_message
 from dispatcher.tool import ToolContext, ToolOutput
+from protocol.canonical import ImageBlock, SideEffects, TextBlock, ToolDefinition, ToolUseBlock
 from tests.dispatcher.support import EchoTool, RecordingPublisher, schema
 
 LIMIT = 4096

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from adapters.canonical import SideEffects
 from dispatcher import CallRating, ConfirmMode, PolicyConfig, PolicyQuery, RulePolicy
 from dispatcher.policy import AutoAllowPolicy, sandbox_floor
+from protocol.canonical import SideEffects
 
 E = SideEffects
 

@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from adapters.canonical import ToolUseBlock
 from dispatcher import (
     ConfirmationPreview,
     DispatchSession,
@@ -28,6 +27,7 @@ from dispatcher import (
 from dispatcher.sandbox import Sandbox, SandboxConfig
 from dispatcher.tool import ToolHooks
 from dispatcher.tools import ApplyPatchTool
+from protocol.canonical import ToolUseBlock
 from tests.dispatcher.support import RecordingPublisher, WriteTool
 
 BWRAP = shutil.which("bwrap")

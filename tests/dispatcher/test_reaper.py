@@ -29,7 +29,7 @@ WAIT = 15.0
 
 FAKE_SERVER = """
 import asyncio, subprocess, sys
-from dispatcher.tools.process import ProcessRunner
+from dispatcher.process import ProcessRunner
 
 COMMAND = sys.argv[2]
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from adapters.canonical import SideEffects, ToolDefinition
 from dispatcher import ToolDispatcher, ToolRegistrationError, load_plugins
+from protocol.canonical import SideEffects, ToolDefinition
 from tests.dispatcher.support import EchoTool, schema
 
 
@@ -99,7 +99,7 @@ def test_timeouts_default_by_side_effect(dispatcher: ToolDispatcher) -> None:
 PLUGIN_SOURCE = textwrap.dedent(
     """
     from typing import Any
-    from adapters.canonical import SideEffects, ToolDefinition
+    from protocol.canonical import SideEffects, ToolDefinition
     from dispatcher import ToolOutput
 
     class Greeter:

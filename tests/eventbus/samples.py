@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from eventbus.catalog import EventType
+from protocol.catalog import EventType
 
 SAMPLES: dict[EventType, dict[str, Any]] = {
     EventType.SESSION_CREATED: {"workspace": "/srv/work/demo"},

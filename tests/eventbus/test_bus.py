@@ -17,15 +17,15 @@ from eventbus import (
     DEBUG_ENV,
     BusClosed,
     BusNotStarted,
-    Event,
     EventBus,
     EventLog,
     EventNotSerializable,
-    EventType,
     InvalidEvent,
     PayloadInvalid,
     UnknownEventType,
 )
+from protocol.catalog import EventType
+from protocol.envelope import Event
 
 from .conftest import cursors, mode_options, running_bus, take
 from .samples import SAMPLES

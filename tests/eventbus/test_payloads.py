@@ -6,18 +6,18 @@ import typing
 
 import pytest
 
-from adapters.canonical import Message, SideEffects, TextBlock, ToolUseBlock
 from dispatcher.errors import ToolErrorClass
 from dispatcher.tool import CallRating
 from eventbus import (
-    PAYLOAD_MODELS,
-    EventType,
     PayloadInvalid,
     UnknownEventType,
     payload_model,
     validate_payload,
 )
-from eventbus.payloads import (
+from protocol.canonical import Message, SideEffects, TextBlock, ToolUseBlock
+from protocol.catalog import EventType
+from protocol.payloads import (
+    PAYLOAD_MODELS,
     CallRatingName,
     ErrorClassName,
     SideEffectsName,

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from adapters.canonical import ImageBlock, SideEffects, TextBlock, ToolUseBlock
 from dispatcher import DispatchSession, RulePolicy, ToolDispatcher, WorkspaceFileAPI
 from dispatcher.mcp import McpManager, McpServerConfig
+from protocol.canonical import ImageBlock, SideEffects, TextBlock, ToolUseBlock
 from tests.dispatcher.support import RecordingPublisher
 from tests.mcp.support import http_server, stdio_command, until
 

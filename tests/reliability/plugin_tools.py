@@ -16,8 +16,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from adapters.canonical import SideEffects, ToolDefinition
 from dispatcher import ToolContext, ToolOutput
+from protocol.canonical import SideEffects, ToolDefinition
 
 
 def file_content(name: str, generation: int, size: int) -> str:

@@ -14,8 +14,8 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from adapters.canonical import SideEffects, ToolDefinition
 from dispatcher import ToolContext, ToolOutput
+from protocol.canonical import SideEffects, ToolDefinition
 
 
 @dataclass

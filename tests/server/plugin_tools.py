@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from adapters.canonical import SideEffects, ToolDefinition
 from dispatcher import ConfirmationPreview, ToolContext, ToolOutput, WorkspaceFileAPI
+from protocol.canonical import SideEffects, ToolDefinition
 
 
 class BlockTool:

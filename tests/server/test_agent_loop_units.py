@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 import yaml
 
-from adapters.canonical import Message
 from dispatcher import DispatchSession, ToolDispatcher, WorkspaceFileAPI
 from dispatcher.tools import ListDirTool, ReadFileTool
-from eventbus.payloads import validate_payload
+from eventbus.validation import validate_payload
+from protocol.canonical import Message
 from server.agent_loop import DEFAULT_SYSTEM_PROMPT, AgentLoop
 from server.config import Config
 from server.store import SessionRecord, Store, TurnRecord

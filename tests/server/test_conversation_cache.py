@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from adapters.canonical import Message
+from protocol.canonical import Message
 from server.agent_loop import _Conversations
 from server.store import SessionRecord, Store
 

@@ -44,12 +44,12 @@ from dispatcher.errors import ToolError
 from dispatcher.publisher import EventPublisher
 from dispatcher.tools.code.extract import FileFacts, Import, Symbol, extract
 from dispatcher.tools.code.languages import language_for
-from dispatcher.tools.search_files import (
+from dispatcher.tools.search.candidates import (
     Candidate,
     open_candidates,
     read_fd,
 )
-from dispatcher.tools.walk import Entry, Walk
+from dispatcher.tools.search.walk import Entry, Walk
 from dispatcher.workspace import WorkspaceFileAPI
 
 MAX_FILE_BYTES = 1024 * 1024  # larger files are generated or vendored: not parsed

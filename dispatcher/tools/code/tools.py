@@ -24,7 +24,6 @@ from typing import Any
 
 import anyio.to_thread
 
-from adapters.canonical import SideEffects, ToolDefinition
 from dispatcher.errors import ToolExecutionError
 from dispatcher.tool import ToolContext, ToolOutput
 from dispatcher.tools.code.extract import extract
@@ -39,6 +38,7 @@ from dispatcher.tools.common import (
     require_file,
 )
 from dispatcher.workspace import WorkspaceFileAPI
+from protocol.canonical import SideEffects, ToolDefinition
 
 PROGRESS_POLL_S = 0.25
 MAX_OUTLINE_BYTES = 4 * 1024 * 1024

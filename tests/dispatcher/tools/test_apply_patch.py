@@ -14,7 +14,7 @@ from dispatcher import (
     WorkspaceFileAPI,
 )
 from dispatcher.tools import ApplyPatchTool
-from dispatcher.tools.apply_patch import _commit, _Plan
+from dispatcher.tools.patch.apply_patch import _commit, _Plan
 from tests.dispatcher.tools.support import run_tool, text_of
 
 NUMBERS = "".join(f"{i}\n" for i in range(1, 21))

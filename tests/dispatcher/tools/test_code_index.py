@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from adapters.canonical import ToolUseBlock
 from dispatcher import DispatchSession, PolicyConfig, RulePolicy, ToolDispatcher, WorkspaceFileAPI
 from dispatcher.tools import builtin_tool_factories
 from dispatcher.tools.code import CODE_TOOLS, FindReferencesTool, FindSymbolTool
 from dispatcher.tools.code.index import FilesModifiedTap, forget, index_for
+from protocol.canonical import ToolUseBlock
 from tests.dispatcher.support import RecordingPublisher
 from tests.dispatcher.tools.support import run_tool
 

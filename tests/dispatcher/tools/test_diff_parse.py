@@ -6,9 +6,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dispatcher.tools.diff_apply import HunkFailed, apply_file_patch
-from dispatcher.tools.diff_parse import PatchParseError, parse_unified_diff, render_unified_diff
-from dispatcher.tools.textdiff import unified_file_diff
+from dispatcher.tools.files.textdiff import unified_file_diff
+from dispatcher.tools.patch.diff_apply import HunkFailed, apply_file_patch
+from dispatcher.tools.patch.diff_parse import (
+    PatchParseError,
+    parse_unified_diff,
+    render_unified_diff,
+)
 
 GIT_DIFF = """\
 diff --git a/src/app.py b/src/app.py

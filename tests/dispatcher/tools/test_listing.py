@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 from dispatcher import ToolCancelled, ToolExecutionError, WorkspaceEscapeError, WorkspaceFileAPI
 from dispatcher.tools import FindFilesTool, ListDirTool
-from dispatcher.tools.gitignore import is_ignored, parse_gitignore
-from dispatcher.tools.globbing import glob_matches
-from dispatcher.tools.walk import walk
+from dispatcher.tools.search.gitignore import is_ignored, parse_gitignore
+from dispatcher.tools.search.globbing import glob_matches
+from dispatcher.tools.search.walk import walk
 from tests.dispatcher.tools.support import git, run_tool, text_of
 
 

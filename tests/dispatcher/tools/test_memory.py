@@ -11,13 +11,19 @@ import pytest
 
 from dispatcher import WorkspaceFileAPI
 from dispatcher.errors import ToolError
-from dispatcher.memory_store import MemoryNotFound, MemoryScope, MemoryStore, fts_query, jaccard
-from dispatcher.tools.memory import (
+from dispatcher.tools.knowledge.memory import (
     MemoryAddTool,
     MemoryConsolidateTool,
     MemoryDeleteTool,
     MemoryReplaceTool,
     MemorySearchTool,
+)
+from dispatcher.tools.knowledge.store import (
+    MemoryNotFound,
+    MemoryScope,
+    MemoryStore,
+    fts_query,
+    jaccard,
 )
 from tests.dispatcher.tools.support import run_tool, text_of
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dispatcher import WorkspaceFileAPI
-from dispatcher.tools.retrieve_doc import RetrieveDocTool, split_passages
+from dispatcher.tools.knowledge.retrieve_doc import RetrieveDocTool, split_passages
 from tests.dispatcher.tools.support import run_tool, text_of
 
 

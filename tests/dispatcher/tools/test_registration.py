@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from adapters.canonical import SideEffects, ToolUseBlock
 from dispatcher import (
     DispatchSession,
     PolicyConfig,
@@ -21,6 +20,7 @@ from dispatcher import (
 )
 from dispatcher.sandbox import Sandbox, SandboxConfig, probe
 from dispatcher.tools import ShellTool, builtin_tool_factories
+from protocol.canonical import SideEffects, ToolUseBlock
 from tests.dispatcher.support import RecordingPublisher
 
 ALL_NAMES = {

@@ -16,7 +16,7 @@ from dispatcher import (
     WorkspaceFileAPI,
 )
 from dispatcher.tools import GrepTool, SearchCodeTool
-from dispatcher.tools import grep as grep_module
+from dispatcher.tools.search import grep as grep_module
 from tests.dispatcher.tools.support import make_context, run_tool, text_of
 
 # -- search_code ------------------------------------------------------------------

@@ -22,10 +22,10 @@ import pytest
 from dispatcher import ToolContext, WorkspaceFileAPI
 from dispatcher.sandbox import Sandbox, SandboxConfig
 from dispatcher.tools import FindFilesTool, GrepTool, ListDirTool, SearchCodeTool
-from dispatcher.tools.grep import python_search
-from dispatcher.tools.search_code import DEFAULT_FILE_TIMEOUT
-from dispatcher.tools.search_files import gather_candidates
-from dispatcher.tools.walk import Walk, walk
+from dispatcher.tools.search.candidates import gather_candidates
+from dispatcher.tools.search.grep import python_search
+from dispatcher.tools.search.search_code import DEFAULT_FILE_TIMEOUT
+from dispatcher.tools.search.walk import Walk, walk
 from tests.dispatcher.tools.support import make_context, run_tool, text_of
 
 CANARY = "CANARY-7f3e"

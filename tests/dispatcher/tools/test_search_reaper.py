@@ -29,8 +29,8 @@ FAKE_SERVER = """
 import asyncio, sys
 from dispatcher import WorkspaceFileAPI
 from dispatcher.reaper import child_reaper
-from dispatcher.tools.grep import GrepTool
-from dispatcher.tools.search_code import SearchCodeTool
+from dispatcher.tools.search.grep import GrepTool
+from dispatcher.tools.search.search_code import SearchCodeTool
 from tests.dispatcher.tools.support import make_context
 
 tool_name, mode, workspace = sys.argv[1:4]

@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from adapters.canonical import ToolUseBlock
 from dispatcher import (
     CallRating,
     DispatchSession,
@@ -27,7 +26,8 @@ from dispatcher import (
 from dispatcher.sandbox import Sandbox, SandboxConfig
 from dispatcher.tool import ToolContext
 from dispatcher.tools import ShellTool
-from dispatcher.tools.shell_rules import rate_command
+from dispatcher.tools.shell.rules import rate_command
+from protocol.canonical import ToolUseBlock
 
 NOT_SAFE = [
     # options that run another program

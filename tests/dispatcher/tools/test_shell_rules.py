@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from dispatcher import CallRating, ToolPermissionDenied, WorkspaceFileAPI
 from dispatcher.tools import ShellTool
-from dispatcher.tools.shell_rules import analyze, is_critical_path
+from dispatcher.tools.shell.rules import analyze, is_critical_path
 
 # Every entry must be refused. Grouped by the trick it uses.
 EVASIONS = [

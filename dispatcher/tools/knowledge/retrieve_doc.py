@@ -18,13 +18,13 @@ from typing import Any
 
 import anyio.to_thread
 
-from adapters.canonical import SideEffects, ToolDefinition
-from dispatcher.memory_store import fts_query
 from dispatcher.tool import ToolContext, ToolOutput
 from dispatcher.tools.common import check_cancelled, object_schema, path_property
-from dispatcher.tools.search_files import Candidate, open_candidates, read_fd
-from dispatcher.tools.walk import Walk
+from dispatcher.tools.knowledge.store import fts_query
+from dispatcher.tools.search.candidates import Candidate, open_candidates, read_fd
+from dispatcher.tools.search.walk import Walk
 from dispatcher.workspace import WorkspaceFileAPI
+from protocol.canonical import SideEffects, ToolDefinition
 
 DOC_SUFFIXES = (".md", ".markdown", ".mdx", ".txt", ".rst", ".adoc")
 MAX_DOC_BYTES = 1024 * 1024

@@ -15,7 +15,6 @@ import stat
 from dataclasses import dataclass, field
 from typing import Any
 
-from adapters.canonical import SideEffects, ToolDefinition
 from dispatcher.errors import ToolError, ToolExecutionError, ToolPermissionDenied
 from dispatcher.sandbox import Sandbox
 from dispatcher.tool import ConfirmationPreview, ToolContext, ToolOutput
@@ -28,13 +27,14 @@ from dispatcher.tools.common import (
     relative_path,
     run_blocking,
 )
-from dispatcher.tools.diff_apply import HunkFailed, apply_file_patch
-from dispatcher.tools.diff_parse import FilePatch, parse_unified_diff
-from dispatcher.tools.file_locks import locked_paths
-from dispatcher.tools.files import decode_text
-from dispatcher.tools.system_patch import SystemPatchError, apply_with_system_patch
-from dispatcher.tools.textdiff import unified_file_diff
+from dispatcher.tools.files.edit import decode_text
+from dispatcher.tools.files.locks import locked_paths
+from dispatcher.tools.files.textdiff import unified_file_diff
+from dispatcher.tools.patch.diff_apply import HunkFailed, apply_file_patch
+from dispatcher.tools.patch.diff_parse import FilePatch, parse_unified_diff
+from dispatcher.tools.patch.system_patch import SystemPatchError, apply_with_system_patch
 from dispatcher.workspace import WorkspaceFileAPI, WorkspacePathNotFound
+from protocol.canonical import SideEffects, ToolDefinition
 
 
 @dataclass(slots=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dispatcher.tools.diff_parse import FilePatch, Hunk
+from dispatcher.tools.patch.diff_parse import FilePatch, Hunk
 
 
 class HunkFailed(Exception):

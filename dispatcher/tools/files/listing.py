@@ -10,12 +10,12 @@ from typing import Any
 
 import anyio.to_thread
 
-from adapters.canonical import SideEffects, ToolDefinition
 from dispatcher.tool import ToolContext, ToolOutput
 from dispatcher.tools.common import check_cancelled, object_schema, path_property
-from dispatcher.tools.globbing import name_or_path_match
-from dispatcher.tools.walk import Entry, Walk
+from dispatcher.tools.search.globbing import name_or_path_match
+from dispatcher.tools.search.walk import Entry, Walk
 from dispatcher.workspace import WorkspaceFileAPI
+from protocol.canonical import SideEffects, ToolDefinition
 
 
 def _relative_to(start_rel: str, rel: str) -> str:

@@ -3,7 +3,8 @@
 The bus does not validate payloads on its hot path: publishers build plain
 dicts. These models are the written contract, used by tests, by clients that
 want typed access, and by the bus's debug mode (``EventBus(validate_payloads=True)``
-or ``TOOLRELAY_EVENT_DEBUG=1``), which checks every published payload.
+or ``TOOLRELAY_EVENT_DEBUG=1``), which checks every published payload through
+``eventbus.validation``.
 
 Payloads are extensible: unknown keys are kept (``extra="allow"``), so a
 publisher may add fields without breaking older clients. Required fields are
@@ -21,10 +22,9 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from eventbus.catalog import EventType
-from eventbus.errors import PayloadInvalid, UnknownEventType
+from protocol.catalog import EventType
 
 SideEffectsName = Literal["none", "read", "write", "execute", "network"]
 CallRatingName = Literal["safe", "dev", "dangerous"]
@@ -152,7 +152,7 @@ class ResultBlockJson(_Part):
 
 
 class MessageJson(_Part):
-    """A canonical message as JSON (see adapters.canonical.Message)."""
+    """A canonical message as JSON (see protocol.canonical.Message)."""
 
     role: Literal["user", "assistant", "tool", "system"]
     content: list[BlockJson]
@@ -324,30 +324,3 @@ PAYLOAD_MODELS: Mapping[EventType, type[Payload]] = {
     EventType.MEMORY_DELETED: MemoryChanged,
     EventType.MEMORY_CONSOLIDATED: MemoryConsolidated,
 }
-
-
-def payload_model(event_type: str) -> type[Payload]:
-    """The payload model of ``event_type``; UnknownEventType if it is not in the catalog."""
-    try:
-        return PAYLOAD_MODELS[EventType(event_type)]
-    except ValueError:
-        raise UnknownEventType(event_type) from None
-
-
-def validate_payload(event_type: str, data: Mapping[str, Any]) -> Payload:
-    """Check ``data`` against the model of ``event_type`` and return the typed payload.
-
-    Raises UnknownEventType or PayloadInvalid; the latter lists every problem
-    as ``<field path>: <reason>``.
-    """
-    model = payload_model(event_type)
-    if not isinstance(data, Mapping):
-        raise PayloadInvalid(event_type, [f"data must be an object, got {type(data).__name__}"])
-    try:
-        return model.model_validate(dict(data))
-    except ValidationError as exc:
-        errors = [
-            f"{'.'.join(str(p) for p in err['loc']) or '<data>'}: {err['msg']}"
-            for err in exc.errors(include_url=False)
-        ]
-        raise PayloadInvalid(event_type, errors) from None

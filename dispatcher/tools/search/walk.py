@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from dispatcher.errors import ToolError, ToolExecutionError, WorkspaceEscapeError
-from dispatcher.tools.gitignore import IgnoreRule, is_ignored, parse_gitignore
+from dispatcher.tools.search.gitignore import IgnoreRule, is_ignored, parse_gitignore
 from dispatcher.workspace import WorkspaceFileAPI, WorkspacePathNotFound
 
 IGNORE_FILE = ".gitignore"

@@ -42,8 +42,8 @@ from typing import Any
 
 import anyio.to_thread
 
-from adapters.canonical import SideEffects, ToolDefinition
 from dispatcher.errors import ToolExecutionError, ToolValidationError
+from dispatcher.process import guarded_exec
 from dispatcher.sandbox import Sandbox
 from dispatcher.tool import ToolContext, ToolOutput
 from dispatcher.tools.common import (
@@ -53,8 +53,7 @@ from dispatcher.tools.common import (
     object_schema,
     path_property,
 )
-from dispatcher.tools.process import guarded_exec
-from dispatcher.tools.search_files import (
+from dispatcher.tools.search.candidates import (
     DEFAULT_MAX_FILE_BYTES,
     DEFAULT_MAX_FILES,
     Candidate,
@@ -64,8 +63,9 @@ from dispatcher.tools.search_files import (
     sandboxed_reader,
     sniff_binary_fd,
 )
-from dispatcher.tools.search_files import gather_candidates as _gather
+from dispatcher.tools.search.candidates import gather_candidates as _gather
 from dispatcher.workspace import WorkspaceFileAPI
+from protocol.canonical import SideEffects, ToolDefinition
 
 BACKENDS = ("auto", "rg", "grep", "python")
 BACKEND_TIMEOUT = 120.0

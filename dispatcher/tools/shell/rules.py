@@ -58,7 +58,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from dispatcher.tool import CallRating
-from dispatcher.tools.shell_lexer import (
+from dispatcher.tools.shell.lexer import (
     Command,
     Pipeline,
     ShellSyntaxError,

@@ -31,8 +31,8 @@ from typing import Any
 
 import anyio.to_thread
 
-from adapters.canonical import SideEffects, ToolDefinition
 from dispatcher.errors import ToolCancelled, ToolExecutionError, ToolValidationError
+from dispatcher.process import guarded_exec
 from dispatcher.tool import ToolContext, ToolOutput
 from dispatcher.tools.common import (
     Options,
@@ -41,8 +41,7 @@ from dispatcher.tools.common import (
     object_schema,
     path_property,
 )
-from dispatcher.tools.process import guarded_exec
-from dispatcher.tools.search_files import (
+from dispatcher.tools.search.candidates import (
     DEFAULT_MAX_FILE_BYTES,
     DEFAULT_MAX_FILES,
     Candidate,
@@ -52,6 +51,7 @@ from dispatcher.tools.search_files import (
     sandboxed_reader,
 )
 from dispatcher.workspace import WorkspaceFileAPI
+from protocol.canonical import SideEffects, ToolDefinition
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "regex_worker.py")
 # Passed with -c: the worker needs no path of ours visible (in the sandbox, the

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from adapters.canonical import SideEffects, ToolDefinition
 from dispatcher.errors import ToolExecutionError, ToolPermissionDenied
 from dispatcher.tool import ConfirmationPreview, ToolContext, ToolOutput
 from dispatcher.tools.common import (
@@ -25,9 +24,10 @@ from dispatcher.tools.common import (
     require_file,
     run_blocking,
 )
-from dispatcher.tools.file_locks import locked_paths
-from dispatcher.tools.textdiff import unified_file_diff
+from dispatcher.tools.files.locks import locked_paths
+from dispatcher.tools.files.textdiff import unified_file_diff
 from dispatcher.workspace import WorkspaceFileAPI, WorkspacePathNotFound
+from protocol.canonical import SideEffects, ToolDefinition
 
 DEFAULT_READ_MAX_CHARS = 2 * 1024 * 1024
 

@@ -33,7 +33,6 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from adapters.canonical import SideEffects, ToolDefinition
 from dispatcher.errors import (
     ToolCancelled,
     ToolExecutionError,
@@ -41,12 +40,13 @@ from dispatcher.errors import (
     ToolTimeout,
     ToolValidationError,
 )
+from dispatcher.process import ProcessResult, ProcessRunner
 from dispatcher.sandbox import SandboxUnavailable
 from dispatcher.tool import CallRating, ConfirmationPreview, GrantScope, ToolContext, ToolOutput
 from dispatcher.tools.common import Options, check_cancelled, object_schema, path_property
-from dispatcher.tools.process import ProcessResult, ProcessRunner
-from dispatcher.tools.shell_rules import Analysis, analyze, max_rating, rate_command
+from dispatcher.tools.shell.rules import Analysis, analyze, max_rating, rate_command
 from dispatcher.workspace import WorkspaceFileAPI
+from protocol.canonical import SideEffects, ToolDefinition
 
 DEFAULT_TIMEOUT = 30
 MAX_TIMEOUT = 600

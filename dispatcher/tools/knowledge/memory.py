@@ -1,6 +1,6 @@
 """memory_add, memory_replace, memory_search, memory_consolidate, memory_delete.
 
-What an agent keeps between sessions of one workspace (dispatcher.memory_store).
+What an agent keeps between sessions of one workspace (dispatcher.tools.knowledge.store).
 The session hands the tools a ``MemoryScope`` as their ``memory`` tool option:
 the store, the session's workspace and owner (the token that created the
 session), and how to publish a ``memory.*`` event on the session's stream.
@@ -18,11 +18,11 @@ from typing import Any
 
 import anyio.to_thread
 
-from adapters.canonical import SideEffects, ToolDefinition
 from dispatcher.errors import ToolExecutionError, ToolValidationError
-from dispatcher.memory_store import Memory, MemoryNotFound, MemoryScope
 from dispatcher.tool import ToolContext, ToolOutput
 from dispatcher.tools.common import check_cancelled, object_schema
+from dispatcher.tools.knowledge.store import Memory, MemoryNotFound, MemoryScope
+from protocol.canonical import SideEffects, ToolDefinition
 
 PREVIEW_CHARS = 200
 _ID = {"type": "string", "minLength": 1, "description": "The memory's id (mem_...)."}

@@ -1,5 +1,5 @@
 """Every event type the server emits. Payload models per type live beside it
-(eventbus.payloads); this module is the closed list of names."""
+(protocol.payloads); this module is the closed list of names."""
 
 from __future__ import annotations
 

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 
 from dispatcher.errors import ToolError, WorkspaceEscapeError
 from dispatcher.sandbox import SYSTEM_DIRS, Sandbox
-from dispatcher.tools.globbing import name_or_path_match
-from dispatcher.tools.walk import FILE_FLAGS, Walk
+from dispatcher.tools.search.globbing import name_or_path_match
+from dispatcher.tools.search.walk import FILE_FLAGS, Walk
 from dispatcher.workspace import WorkspaceFileAPI
 
 BINARY_SNIFF_BYTES = 8192

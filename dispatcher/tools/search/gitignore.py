@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from dispatcher.tools.globbing import glob_to_regex
+from dispatcher.tools.search.globbing import glob_to_regex
 
 
 @dataclass(frozen=True, slots=True)

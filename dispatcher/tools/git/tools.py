@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from adapters.canonical import SideEffects, ToolDefinition
 from dispatcher.errors import ToolExecutionError, ToolValidationError
 from dispatcher.tool import ConfirmationPreview, ToolContext, ToolOutput
 from dispatcher.tools.common import (
@@ -17,7 +16,7 @@ from dispatcher.tools.common import (
     refuse_git_internals,
     relative_path,
 )
-from dispatcher.tools.git_parse import (
+from dispatcher.tools.git.parse import (
     BRANCH_FORMAT,
     LOG_FORMAT,
     Status,
@@ -26,8 +25,9 @@ from dispatcher.tools.git_parse import (
     parse_numstat_z,
     parse_status_v2,
 )
-from dispatcher.tools.git_runner import GitRunner, check_revision, git_error
+from dispatcher.tools.git.runner import GitRunner, check_revision, git_error
 from dispatcher.workspace import WorkspaceFileAPI
+from protocol.canonical import SideEffects, ToolDefinition
 
 DEFAULT_DIFF_BYTES = 256 * 1024
 DEFAULT_AUTHOR = ("toolrelay", "toolrelay@localhost")

@@ -23,9 +23,9 @@ import stat
 import tempfile
 from collections.abc import Mapping
 
+from dispatcher.process import ProcessRunner
 from dispatcher.sandbox import Sandbox, SandboxUnavailable
-from dispatcher.tools.diff_parse import FilePatch, render_unified_diff
-from dispatcher.tools.process import ProcessRunner
+from dispatcher.tools.patch.diff_parse import FilePatch, render_unified_diff
 
 PATCH_TIMEOUT = 30.0
 # patch prints a line or two per hunk; more than this is kept as head and tail.

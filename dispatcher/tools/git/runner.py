@@ -101,8 +101,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from dispatcher.errors import ToolCancelled, ToolExecutionError, ToolTimeout, ToolValidationError
+from dispatcher.process import ProcessRunner
 from dispatcher.tool import ToolContext
-from dispatcher.tools.process import ProcessRunner
 
 GIT_TIMEOUT = 60.0
 STRUCTURED_LIMIT = 64 * 1024 * 1024

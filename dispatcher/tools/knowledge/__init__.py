@@ -1,0 +1,1 @@
+"""Knowledge tools: memories kept between sessions and the workspace's own docs."""

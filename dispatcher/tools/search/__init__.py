@@ -1,0 +1,1 @@
+"""Search tools: literal grep and regex search_code over the workspace, and the walk both share."""

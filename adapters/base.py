@@ -25,7 +25,7 @@ from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from adapters.errors import ProviderError, ProviderResponseError
+from adapters.errors import ProviderError
 from protocol.canonical import Message, ToolDefinition, ToolUseBlock
 
 StopReason = Literal["end_turn", "tool_use", "max_tokens", "stop_sequence", "other"]
@@ -127,20 +127,3 @@ class ModelAdapter(Protocol):
     name: str
 
     def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]: ...
-
-
-async def complete(adapter: ModelAdapter, request: ModelRequest) -> MessageCompleted:
-    """Run one call to the end and return its final event (deltas are dropped)."""
-    stream = adapter.stream(request)
-    final: MessageCompleted | None = None
-    try:
-        async for event in stream:
-            if isinstance(event, MessageCompleted):
-                final = event
-    finally:
-        await stream.aclose()
-    if final is None:
-        raise ProviderResponseError(
-            "the stream ended without a completed message", provider=adapter.name
-        )
-    return final

@@ -1,15 +1,25 @@
-"""The closed set of errors the adapter layer raises.
+"""The closed set of errors the adapter layer raises::
 
-Three families, all under :class:`AdapterError`:
+    AdapterError
+    ├── AdapterConfigError(ValueError)       the adapter could not be set up: a bad
+    │                                        model string, a missing key or base_url,
+    │                                        an unreadable script
+    ├── RequestConversionError(ValueError)   the canonical request holds something a
+    │                                        provider's wire format cannot carry
+    └── ProviderError                        talking to the provider failed
+        ├── ProviderAuthError                auth          never retried
+        ├── ProviderRateLimitError           rate_limit    retried (retry-after)
+        ├── ProviderUnavailableError         unavailable   retried
+        ├── ProviderTimeoutError             timeout       retried
+        ├── ProviderConnectionError          connection    retried
+        ├── StreamInterruptedError           stream_interrupted
+        ├── ProviderBadRequestError          bad_request   never retried
+        └── ProviderResponseError            bad_response
 
-* :class:`AdapterConfigError` -- the adapter could not be set up (a bad model
-  string, a missing key or base_url, an unreadable script).
-* :class:`RequestConversionError` -- the canonical request holds something a
-  provider's wire format cannot carry (an image in an assistant message, a tool
-  schema outside the JSON-Schema subset).
-* :class:`ProviderError` -- talking to the provider failed. Each subclass says
-  whether trying again may help (``retryable``); the retry loop in
-  :mod:`adapters.retry` only ever retries those.
+Each ProviderError says whether trying again may help (``retryable``); the
+retry loop in :mod:`adapters.retry` only ever retries those, and only before
+any content reached the consumer. Every name ends in ``Error`` (the naming
+rule is in :mod:`dispatcher.errors`).
 
 The agent loop catches ``AdapterError`` and fails the turn with ``kind`` and
 the message; nothing else escapes an adapter's stream.

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from adapters.base import CONTENT_EVENTS, RetryScheduled, StreamEvent
 from adapters.errors import ProviderError, ProviderRateLimitError
+from protocol.backoff import Backoff
 
 logger = logging.getLogger(__name__)
 
@@ -25,7 +26,8 @@ class RetryPolicy:
     """How often and how patiently a failed call is tried again.
 
     The n-th retry (n = 0, 1, ...) waits ``base_delay * 2**n`` scaled by a random
-    factor in ``[1 - jitter, 1]``, at most ``max_delay``. A rate-limit error
+    factor in ``[1 - jitter, 1]``, at most ``max_delay`` (computed by the one
+    :class:`protocol.backoff.Backoff`). A rate-limit error
     that names a wait (retry-after) waits exactly that long instead, also
     capped at ``max_delay``; a wait cut short that way may meet another 429,
     which then counts as one more retry.
@@ -45,12 +47,22 @@ class RetryPolicy:
         if not 0.0 <= self.jitter <= 1.0:
             raise ValueError(f"jitter must be within [0, 1], got {self.jitter}")
 
+    @property
+    def backoff(self) -> Backoff:
+        """The exponential part of this policy."""
+        return Backoff(
+            attempts=self.max_retries,
+            initial=self.base_delay,
+            factor=2.0,
+            max_delay=self.max_delay,
+            jitter=self.jitter,
+        )
+
     def delay_for(self, retry_index: int, error: ProviderError) -> float:
         """Seconds to wait before retry number ``retry_index`` (0-based)."""
         if isinstance(error, ProviderRateLimitError) and error.retry_after is not None:
             return min(error.retry_after, self.max_delay)
-        backoff = min(self.max_delay, self.base_delay * (2.0**retry_index))
-        return backoff * (1.0 - self.jitter * self.rng.random())
+        return self.backoff.delay(retry_index, self.rng)
 
 
 NO_RETRY = RetryPolicy(max_retries=0)

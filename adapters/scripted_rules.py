@@ -8,7 +8,10 @@ model looks only at the last message of the conversation:
 
   ``read <path>`` -> read_file, ``write <path>: <content>`` -> write_file
   (the content runs to the end of the message, so it may span lines),
-  ``run <command>`` -> shell (or run_command), ``list [<path>]`` -> list_dir;
+  ``run <command>`` -> shell (or run_command), ``list [<path>]`` -> list_dir,
+  ``delegate <agent_type>: <task>`` -> dispatch_subagent (the task runs to
+  the end of the message, so it may be commands for the sub-agent's own
+  scripted model);
 * tool results coming back get a short text summary (ok/error per call) and
   the turn ends;
 * anything else gets a reply explaining the commands.
@@ -31,6 +34,8 @@ HELP_TEXT = (
     "- write <path>: <content> - write a file (the content runs to the end of the message)\n"
     "- run <command> - run a shell command\n"
     "- list [<path>] - list a directory\n"
+    "- delegate <agent_type>: <task> - hand the task (to the end of the message) to a "
+    "sub-agent\n"
     "Several commands in one message become parallel tool calls."
 )
 
@@ -40,9 +45,10 @@ COMMAND_TOOLS: dict[str, tuple[str, ...]] = {
     "write": ("write_file",),
     "run": ("shell", "run_command"),
     "list": ("list_dir",),
+    "delegate": ("dispatch_subagent",),
 }
 
-_COMMAND = re.compile(r"^\s*(read|write|run|list|help)\b[ \t]*(.*)$", re.IGNORECASE)
+_COMMAND = re.compile(r"^\s*(read|write|run|list|delegate|help)\b[ \t]*(.*)$", re.IGNORECASE)
 _SUMMARY_CHARS = 300
 
 
@@ -80,6 +86,18 @@ def _commands_reply(text: str, offered: set[str]) -> ScriptReply:
         if tool is None:
             wanted = " or ".join(COMMAND_TOOLS[verb])
             return _text(f"The {wanted} tool is not available in this session, so I cannot {verb}.")
+        if verb == "delegate":
+            agent_type, sep, first = rest.partition(":")
+            if not sep or not agent_type.strip():
+                return _text(
+                    f"line {number}: delegate needs '<agent_type>: <task>'.\n\n{HELP_TEXT}"
+                )
+            # Like write's content: the task runs to the end of the message.
+            task = "\n".join([first.strip(), *lines[number:]]).strip()
+            calls.append(
+                ScriptToolUse(name=tool, input={"task": task, "agent_type": agent_type.strip()})
+            )
+            break
         if verb == "write":
             path, sep, first = rest.partition(":")
             if not sep or not path.strip():

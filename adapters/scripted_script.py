@@ -41,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from adapters.base import StopReason
 from adapters.errors import AdapterConfigError
+from protocol.validation_errors import describe_errors
 
 # Largest script accepted; past it the file is refused unread.
 MAX_SCRIPT_BYTES = 1024 * 1024
@@ -127,8 +128,12 @@ def parse_script(data: Any, *, source: str = "<script>") -> list[ScriptReply]:
         return _ScriptFile.model_validate({"replies": normalised}).replies
     except ValidationError as exc:
         problems = "; ".join(
-            f"{_location(_where(e['type'], e['loc']))}: {_message(e['type'], str(e['msg']))}"
-            for e in exc.errors()[:5]
+            describe_errors(
+                exc,
+                where=lambda e: _location(_where(e["type"], e["loc"])),
+                message=lambda e: _message(e["type"], str(e["msg"])),
+                limit=5,
+            )
         )
         raise AdapterConfigError(f"{source}: invalid script: {problems}") from None
 

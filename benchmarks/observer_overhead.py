@@ -37,8 +37,8 @@ from server.presence import Presence
 EVENTS_PER_CALL = 8
 
 
-class _Runtime:
-    """What the observer reads from a runtime at scrape time (nothing here)."""
+class _Services:
+    """What the observer reads from the server's services at scrape time (nothing here)."""
 
     def __init__(self) -> None:
         self.presence = Presence()
@@ -116,7 +116,7 @@ async def _run(mode: str, calls: int, tmp: Path) -> float:
     await bus.start()
     observer: Observer | None = None
     if mode != "none":
-        runtime: Any = _Runtime()
+        runtime: Any = _Services()
         observer = Observer(runtime)
         if mode == "metrics+log+traces":
             from opentelemetry.sdk.trace.export.in_memory_span_exporter import (

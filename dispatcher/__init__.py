@@ -37,12 +37,12 @@ from dispatcher.publisher import EventPublisher, NullPublisher
 from dispatcher.schema_subset import CompiledValidator, InputError, check_subset
 from dispatcher.session import DispatchSession
 from dispatcher.tool import (
+    BaseTool,
     CallRating,
     ConfirmationPreview,
     Tool,
     ToolContext,
     ToolFactory,
-    ToolHooks,
     ToolOutput,
 )
 from dispatcher.workspace import WorkspaceFileAPI
@@ -51,6 +51,7 @@ from protocol.canonical import SideEffects, ToolDefinition, ToolResultBlock, Too
 __all__ = [
     "ENTRY_POINT_GROUP",
     "AutoAllowPolicy",
+    "BaseTool",
     "CallRating",
     "CompiledValidator",
     "ConfirmMode",
@@ -78,7 +79,6 @@ __all__ = [
     "ToolErrorClass",
     "ToolExecutionError",
     "ToolFactory",
-    "ToolHooks",
     "ToolNotFound",
     "ToolOutput",
     "ToolPermissionDenied",

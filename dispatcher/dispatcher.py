@@ -1,11 +1,18 @@
 """ToolDispatcher: the one road every tool call takes.
 
-For each tool_use block: look the tool up, validate the input, check workspace
-paths, apply the confirmation policy, announce the call, build a fresh
-instance, run it under a timeout, announce the outcome, and hand back a
-canonical tool_result. Every failure on that road ends as a tool_result with
-``is_error: true`` and an event; nothing but the caller's own cancellation
-escapes ``dispatch``.
+``dispatch`` reads top to bottom as the road of one call (a ``ToolCall``, see
+dispatcher/call.py for its states and the events each move publishes):
+look the tool up, validate the input, check workspace paths, let the tool
+prepare, rate the call and apply the confirmation policy, wait for a slot
+under the session's cap, run a fresh instance under a timeout, and hand back
+a canonical tool_result. Every failure on that road ends as a tool_result
+with ``is_error: true`` and an event; nothing but the caller's own
+cancellation escapes ``dispatch``.
+
+Calls the agent loop answers without running them (malformed arguments, a
+turn cancelled before they started) and calls a restart interrupted end
+through ``refuse``, ``cancelled_before_start`` and ``interrupted``, so every
+``tool.*`` event still comes from ToolCall.
 """
 
 from __future__ import annotations
@@ -13,18 +20,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
+from dispatcher.call import CallState, ToolCall, output_text
 from dispatcher.confirmations import ConfirmationBroker, ConfirmationRequest, RememberedAnswer
 from dispatcher.errors import (
     ConfirmationTimeout,
     ToolCancelled,
     ToolError,
-    ToolErrorClass,
     ToolExecutionError,
     ToolNotFound,
     ToolPermissionDenied,
@@ -32,7 +36,7 @@ from dispatcher.errors import (
     ToolUserDenied,
     ToolValidationError,
 )
-from dispatcher.event_output import DEFAULT_MAX_EVENT_OUTPUT_BYTES, bounded_blocks, bounded_text
+from dispatcher.event_output import DEFAULT_MAX_EVENT_OUTPUT_BYTES
 from dispatcher.policy import ConfirmMode, PolicyQuery, sandbox_floor
 from dispatcher.publisher import EventPublisher, NullPublisher
 from dispatcher.registry import RegisteredTool, ToolRegistry
@@ -44,7 +48,6 @@ from dispatcher.tool import (
     Tool,
     ToolContext,
     ToolFactory,
-    ToolHooks,
     ToolOutput,
 )
 from protocol.canonical import (
@@ -63,21 +66,12 @@ CLEANUP_TIMEOUT = 5.0  # bound on a tool's own cancel() during cleanup
 SUMMARY_CHARS = 200
 PREVIEW_CHARS = 8_000
 _EMPTY: Mapping[str, Any] = {}
-
-
-@dataclass(slots=True, eq=False)
-class _Call:
-    """One call in flight, as cancellation needs to see it."""
-
-    tool_use_id: str
-    tool: Tool | None = None
-    context: ToolContext | None = None
-    scope: asyncio.Timeout | None = None
-    cancel_requested: bool = False
-    finished: asyncio.Event | None = None
-    done: bool = False
-    # When tool.called went out: durations measure the run, not the wait for a person.
-    started: float | None = None
+# Enum members read off their class cost a descriptor call each; these run per call.
+_VALIDATED = CallState.VALIDATED
+_QUEUED = CallState.QUEUED
+_RUNNING = CallState.RUNNING
+_AUTO = ConfirmMode.AUTO
+_DENY = ConfirmMode.DENY
 
 
 class ToolDispatcher:
@@ -101,7 +95,7 @@ class ToolDispatcher:
         self._publish = (publisher or NullPublisher()).publish
         self.broker = broker or ConfirmationBroker()
         self.cancel_grace = cancel_grace
-        self._in_flight: dict[str, set[_Call]] = {}
+        self._in_flight: dict[str, set[ToolCall]] = {}
         self._loggers: dict[str, logging.Logger] = {}
 
     # -- registry ---------------------------------------------------------
@@ -109,7 +103,8 @@ class ToolDispatcher:
     def register(
         self, factory: ToolFactory, *, group: str | None = None, timeout: float | None = None
     ) -> ToolDefinition:
-        """Register a zero-argument factory; raises ToolRegistrationError."""
+        """Register a zero-argument factory; raises ToolRegistrationError.
+        ``timeout`` overrides the tool's own default (see RegisteredTool.timeout)."""
         entry = self._registry.register(factory, group=group, timeout=timeout)
         self._loggers[entry.name] = logging.getLogger(f"toolrelay.tools.{entry.name}")
         return entry.definition
@@ -123,13 +118,18 @@ class ToolDispatcher:
 
     def definitions_for(self, session: DispatchSession) -> list[ToolDefinition]:
         """Definitions of the tools this session may see."""
-        return [e.definition for e in self._registry.entries() if self._visible(e, session)]
+        return [e.definition for e in self.entries_for(session)]
+
+    def entries_for(self, session: DispatchSession) -> list[RegisteredTool]:
+        """The registered tools this session may see, with their operational
+        metadata (effective ``timeout``, ``options_section``), by name."""
+        return [e for e in self._registry.entries() if self._visible(e, session)]
 
     @staticmethod
     def _visible(entry: RegisteredTool, session: DispatchSession) -> bool:
         return entry.group is None or entry.group not in session.hidden_groups
 
-    # -- dispatch ---------------------------------------------------------
+    # -- the road of one call ---------------------------------------------
 
     async def dispatch_all(
         self, blocks: Sequence[ToolUseBlock], session: DispatchSession, *, turn_id: str
@@ -151,69 +151,76 @@ class ToolDispatcher:
     async def _duplicate(
         self, block: ToolUseBlock, session: DispatchSession, turn_id: str
     ) -> ToolResultBlock:
+        call = self._receive(block, session, turn_id)
         err = ToolValidationError(f"tool_use id {block.id!r} appears twice in one message")
-        return self._failed(err, block, session, turn_id, time.perf_counter())
+        return call.fail(err)
 
     async def dispatch(
         self, tool_use: ToolUseBlock, session: DispatchSession, *, turn_id: str
     ) -> ToolResultBlock:
         """Run one call end to end. Never raises except for the caller's own cancellation."""
-        started = time.perf_counter()
+        call = self._receive(tool_use, session, turn_id)
+        # Look-up.
         entry = self._registry.get(tool_use.name)
         if entry is None or not self._visible(entry, session):
             err = ToolNotFound(f"no tool named {tool_use.name!r} is available in this session")
-            return self._failed(err, tool_use, session, turn_id, started)
-        if not entry.validator.is_valid(tool_use.input):
-            return self._input_invalid(entry, tool_use, session, turn_id)
-
-        call = _Call(tool_use.id)
+            return call.fail(err)
+        call.entry = entry
+        # Validation: the later stages take only a validated call.
+        if not call.validate():
+            assert call.result is not None
+            return call.result
         calls = self._in_flight.setdefault(session.session_id, set())
         calls.add(call)
         try:
-            output = await self._run(entry, tool_use, session, turn_id, call)
+            output = await self._run(call, session)
         except ToolError as err:
-            return self._failed(err, tool_use, session, turn_id, call.started or started)
+            return call.fail(err)
         except asyncio.CancelledError:
             # The caller (the turn) was cancelled: still tell every client.
-            cancelled = ToolCancelled("the call was cancelled before it finished")
-            self._failed(cancelled, tool_use, session, turn_id, call.started or started)
+            call.fail(ToolCancelled("the call was cancelled before it finished"))
             raise
         except Exception:
-            # A bug in a hook or in the dispatcher itself; still an error result.
+            # A bug in a stage or in the dispatcher itself; still an error result.
             log.exception("dispatch of %s (%s) failed", tool_use.name, tool_use.id)
             internal = ToolExecutionError(
                 f"{tool_use.name} failed with an internal error; details are in the server log",
                 is_user_visible=False,
             )
-            return self._failed(internal, tool_use, session, turn_id, call.started or started)
+            return call.fail(internal)
         finally:
-            call.done = True
+            # The context's emit_output points back at the call: drop the cycle
+            # so the call is freed at once, not by the cyclic GC.
+            call.tool = call.context = call.timeout_scope = None
             if call.finished is not None:
                 call.finished.set()
             calls.discard(call)
             if not calls:
                 self._in_flight.pop(session.session_id, None)
-        return self._completed(entry, tool_use, output, session, turn_id, call.started or started)
+        return call.complete(output)
 
-    async def _run(
-        self,
-        entry: RegisteredTool,
-        tool_use: ToolUseBlock,
-        session: DispatchSession,
-        turn_id: str,
-        call: _Call,
-    ) -> ToolOutput:
-        tool_input = tool_use.input
-        # Step 3: every path argument must stay inside the workspace.
+    async def _run(self, call: ToolCall, session: DispatchSession) -> ToolOutput:
+        """The stages after validation, in order; each raises a ToolError to end the call."""
+        assert call.state is _VALIDATED and call.entry is not None
+        entry = call.entry
+        tool_input = call.tool_use.input
+        # Workspace scope: every path argument must stay inside the workspace.
         for name in entry.path_fields:
             value = tool_input.get(name)
             if isinstance(value, str):
                 session.workspace.resolve(value)
-        # Step 4: the confirmation policy.
-        rating = self._rate(entry, tool_input, session)
+        # The tool's per-call preparation, shared by every later stage.
+        if entry.prepares:
+            call.prepared = self._prepare(call, session)
+        # Confirmation: rate the call, ask the policy, ask a person if need be.
+        if entry.rates:
+            call.rating = self._rate(call, session)
         mode = session.policy.mode_for(
             PolicyQuery(
-                entry.name, entry.definition.side_effects, rating, session.workspace.workspace_root
+                entry.name,
+                entry.definition.side_effects,
+                call.rating,
+                session.workspace.workspace_root,
             )
         )
         # The one place where "auto-approval is a privilege of the sandbox" holds:
@@ -224,55 +231,61 @@ class ToolDispatcher:
             sandboxed=session.sandbox is not None,
             policy=session.policy,
         )
-        if mode is ConfirmMode.DENY:
+        if mode is _DENY:
             raise ToolPermissionDenied(
                 f"the confirmation policy denies {entry.name!r} in this session"
             )
-        if mode is not ConfirmMode.AUTO:
-            await self._confirm(entry, tool_use, session, turn_id, rating, mode)
+        if mode is not _AUTO:
+            await self._confirm(call, session, mode)
+        # Queue: wait for one of the session's slots.
         if call.cancel_requested:
             raise ToolCancelled("the call was cancelled before it started")
+        call.state = _QUEUED
         async with session.semaphore:
             if call.cancel_requested:
                 raise ToolCancelled("the call was cancelled before it started")
-            # Step 5: announce; steps 6-7: fresh instance, run under a timeout.
-            call.started = time.perf_counter()
-            self._publish(
-                "tool.called",
-                {
-                    "tool_use_id": tool_use.id,
-                    "tool_name": entry.name,
-                    "side_effects": entry.definition.side_effects.value,
-                    "rating": rating.value if rating else None,
-                    "input": tool_input,
-                },
-                session_id=session.session_id,
-                turn_id=turn_id,
-            )
-            return await self._execute(entry, tool_use, session, turn_id, call)
+            # Run: announce, then a fresh instance under the timeout.
+            call.state = _RUNNING
+            return await self._execute(call, session)
 
-    def _rate(
-        self, entry: RegisteredTool, tool_input: dict[str, Any], session: DispatchSession
-    ) -> CallRating | None:
+    def _receive(self, tool_use: ToolUseBlock, session: DispatchSession, turn_id: str) -> ToolCall:
+        return ToolCall(
+            tool_use,
+            session.session_id,
+            turn_id,
+            self._publish,
+            self.max_event_output_bytes,
+            session=session,
+        )
+
+    # -- stages -------------------------------------------------------------
+
+    def _prepare(self, call: ToolCall, session: DispatchSession) -> Any:
+        assert call.entry is not None
         try:
-            return ToolHooks.rate(entry.probe, tool_input, session.workspace)
+            return call.entry.stateless.prepare(call.input, session.workspace)
+        except ToolError:
+            raise  # the tool refuses this call outright
+        except Exception:
+            # Each later stage prepares for itself again (and handles its failure).
+            log.exception("prepare of %s failed", call.entry.name)
+            return None
+
+    def _rate(self, call: ToolCall, session: DispatchSession) -> CallRating | None:
+        assert call.entry is not None
+        try:
+            return call.entry.stateless.rate(call.input, session.workspace, prepared=call.prepared)
         except ToolError:
             raise  # the tool refuses this call outright (a blocklisted command)
         except Exception:
             # A rating that cannot be computed must not lower the bar.
-            log.exception("rating %s failed; treating the call as dangerous", entry.name)
+            log.exception("rating %s failed; treating the call as dangerous", call.entry.name)
             return CallRating.DANGEROUS
 
-    async def _confirm(
-        self,
-        entry: RegisteredTool,
-        tool_use: ToolUseBlock,
-        session: DispatchSession,
-        turn_id: str,
-        rating: CallRating | None,
-        mode: ConfirmMode,
-    ) -> None:
-        scope = self._scope(entry, tool_use.input, session)
+    async def _confirm(self, call: ToolCall, session: DispatchSession, mode: ConfirmMode) -> None:
+        assert call.entry is not None
+        entry, tool_use = call.entry, call.tool_use
+        scope = self._scope(call, session)
         answers = [session.remembered.get((entry.name, key)) for key, _ in scope.parts]
         if any(a is not None and a.decision == "deny" for a in answers):
             raise ToolUserDenied(f"the user denied {entry.name!r} for the rest of this session")
@@ -282,15 +295,15 @@ class ToolDispatcher:
             for a, (_, part_rating) in zip(answers, scope.parts, strict=True)
         ):
             return
-        preview = await self._preview(entry, tool_use.input, session)
-        request = ConfirmationRequest(
+        preview = await self._preview(call, session)
+        call.request = request = ConfirmationRequest(
             request_id=self.broker.new_request_id(),
             session_id=session.session_id,
-            turn_id=turn_id,
+            turn_id=call.turn_id,
             tool_use_id=tool_use.id,
             tool_name=entry.name,
             side_effects=entry.definition.side_effects,
-            rating=rating,
+            rating=call.rating,
             input_summary=_summary(entry.name, tool_use.input),
             projected_modifications=preview.projected_modifications,
             preview_kind=preview.kind,
@@ -299,19 +312,10 @@ class ToolDispatcher:
             expires_at=self.broker.expiry(session.confirmation_timeout),
             scope_text=scope.text,
         )
-        self._publish(
-            "tool.confirmation_requested",
-            request.event_data(),
-            session_id=session.session_id,
-            turn_id=turn_id,
-        )
+        call.state = CallState.AWAITING_CONFIRMATION
         resolution = await self.broker.ask(request, answer_within=session.confirmation_timeout)
-        self._publish(
-            "tool.confirmation_resolved",
-            resolution.event_data(tool_use.id),
-            session_id=session.session_id,
-            turn_id=turn_id,
-        )
+        # Published with the call's next move (queued, failed or cancelled).
+        call.resolution = resolution
         decision = resolution.decision
         if decision == "allow":
             if resolution.scope == "session" or mode is ConfirmMode.PROMPT_ONCE:
@@ -334,20 +338,20 @@ class ToolDispatcher:
             )
         raise ToolCancelled("the call was cancelled while waiting for confirmation")
 
-    def _scope(
-        self, entry: RegisteredTool, tool_input: dict[str, Any], session: DispatchSession
-    ) -> GrantScope:
+    def _scope(self, call: ToolCall, session: DispatchSession) -> GrantScope:
+        assert call.entry is not None
+        entry = call.entry
         try:
-            return ToolHooks.scope(entry.probe, entry.name, tool_input, session.workspace)
+            return entry.stateless.scope(call.input, session.workspace, prepared=call.prepared)
         except Exception:
             # A scope that cannot be computed grants only this exact call's input.
             log.exception("scope of %s failed; granting nothing wider than the call", entry.name)
-            exact = json.dumps(tool_input, sort_keys=True, default=str)
+            exact = json.dumps(call.input, sort_keys=True, default=str)
             return GrantScope(((f"= {exact}", None),), f"allow this exact {entry.name} call")
 
-    async def _preview(
-        self, entry: RegisteredTool, tool_input: dict[str, Any], session: DispatchSession
-    ) -> ConfirmationPreview:
+    async def _preview(self, call: ToolCall, session: DispatchSession) -> ConfirmationPreview:
+        assert call.entry is not None
+        entry, tool_input = call.entry, call.input
         fallback_paths = tuple(
             v
             for name in entry.path_fields
@@ -355,8 +359,8 @@ class ToolDispatcher:
             and entry.definition.side_effects is not SideEffects.READ
         )
         try:
-            preview = await ToolHooks.preview(
-                entry.probe, tool_input, session.workspace, sandbox=session.sandbox
+            preview = await entry.stateless.preview(
+                tool_input, session.workspace, sandbox=session.sandbox, prepared=call.prepared
             )
         except ToolError as err:
             return ConfirmationPreview(
@@ -373,32 +377,28 @@ class ToolDispatcher:
             return ConfirmationPreview(text=text, projected_modifications=fallback_paths)
         return preview
 
-    async def _execute(
-        self,
-        entry: RegisteredTool,
-        tool_use: ToolUseBlock,
-        session: DispatchSession,
-        turn_id: str,
-        call: _Call,
-    ) -> ToolOutput:
+    async def _execute(self, call: ToolCall, session: DispatchSession) -> ToolOutput:
+        assert call.entry is not None
+        entry = call.entry
         tool = entry.factory()
         context = ToolContext(
             session_id=session.session_id,
-            turn_id=turn_id,
-            tool_use_id=tool_use.id,
+            turn_id=call.turn_id,
+            tool_use_id=call.tool_use.id,
             workspace_path=session.workspace.workspace_root,
             workspace_files=session.workspace,
             cancel_event=asyncio.Event(),
             logger=self._loggers[entry.name],
-            options=session.tool_options.get(entry.name, _EMPTY),
-            emit_output=partial(self._emit_output, session.session_id, turn_id, tool_use.id),
+            options=session.tool_options.get(entry.options_section, _EMPTY),
+            emit_output=call.emit_output,
             sandbox=session.sandbox,
+            prepared=call.prepared,
         )
         call.tool, call.context = tool, context
         try:
             async with asyncio.timeout(entry.timeout) as scope:
-                call.scope = scope
-                output = await tool.execute(tool_use.input, context)
+                call.timeout_scope = scope
+                output = await tool.execute(call.tool_use.input, context)
         except TimeoutError:
             if call.cancel_requested:
                 raise ToolCancelled(
@@ -432,123 +432,56 @@ class ToolDispatcher:
                 is_user_visible=False,
             )
         if call.cancel_requested:
-            raise ToolCancelled(f"{entry.name} was cancelled", partial_output=_output_text(output))
+            raise ToolCancelled(f"{entry.name} was cancelled", partial_output=output_text(output))
         return output
 
-    def _emit_output(
-        self, session_id: str, turn_id: str, tool_use_id: str, stream: str, text: str
-    ) -> None:
-        shown, size = bounded_text(text, self.max_event_output_bytes)
-        data: dict[str, Any] = {"tool_use_id": tool_use_id, "stream": stream, "text": shown}
-        if size is not None:
-            data["truncated"] = True
-            data["output_bytes"] = size
-        self._publish("tool.output_delta", data, session_id=session_id, turn_id=turn_id)
+    # -- calls answered without running ------------------------------------
 
-    # -- outcomes ---------------------------------------------------------
-
-    def _completed(
-        self,
-        entry: RegisteredTool,
-        tool_use: ToolUseBlock,
-        output: ToolOutput,
-        session: DispatchSession,
-        turn_id: str,
-        started: float,
+    def refuse(
+        self, block: ToolUseBlock, session: DispatchSession, *, turn_id: str, reason: str
     ) -> ToolResultBlock:
-        duration_ms = round((time.perf_counter() - started) * 1000, 3)
-        content, output_bytes, truncated = bounded_blocks(
-            [b.model_dump() for b in output.content], self.max_event_output_bytes
+        """Answer a call whose arguments could not be read (not a JSON object,
+        over a limit) so the model can retry it: ``tool.input_invalid`` with
+        one error at path ``""``; the tool does not run."""
+        call = self._receive(block, session, turn_id)
+        # The reason quotes the start of what the model sent, so it can see its mistake.
+        text = (
+            f"Invalid input for tool {block.name!r}: {reason}\n"
+            "The tool did not run. Call it again with its arguments as one JSON object "
+            "that matches its input_schema."
         )
-        if not output.success:
-            # A handled failure the tool reported as a value, not an exception.
-            self._publish(
-                "tool.failed",
-                {
-                    "tool_use_id": tool_use.id,
-                    "tool_name": entry.name,
-                    "error_class": ToolErrorClass.EXECUTION_ERROR.value,
-                    "message": bounded_text(_output_text(output), self.max_event_output_bytes)[0],
-                    "duration_ms": duration_ms,
-                    "partial_output": None,
-                    "metadata": output.metadata,
-                    "truncated": truncated,
-                    "output_bytes": output_bytes,
-                },
-                session_id=session.session_id,
-                turn_id=turn_id,
-            )
-        else:
-            self._publish(
-                "tool.completed",
-                {
-                    "tool_use_id": tool_use.id,
-                    "tool_name": entry.name,
-                    "duration_ms": duration_ms,
-                    "content": content,
-                    "truncated": truncated,
-                    "output_bytes": output_bytes,
-                    "files_modified": output.files_modified,
-                    "command_executed": output.command_executed,
-                    "metadata": output.metadata,
-                },
-                session_id=session.session_id,
-                turn_id=turn_id,
-            )
-        # The content was checked above (a list of blocks); skip re-validation.
-        return ToolResultBlock.model_construct(
-            tool_use_id=tool_use.id, content=output.content, is_error=not output.success
-        )
+        return call.refuse([{"path": "", "message": reason}], text)
 
-    def _input_invalid(
-        self,
-        entry: RegisteredTool,
-        tool_use: ToolUseBlock,
-        session: DispatchSession,
-        turn_id: str,
+    def cancelled_before_start(
+        self, block: ToolUseBlock, session: DispatchSession, *, turn_id: str
     ) -> ToolResultBlock:
-        errors = entry.validator.errors(tool_use.input)
-        self._publish(
-            "tool.input_invalid",
-            {
-                "tool_use_id": tool_use.id,
-                "tool_name": entry.name,
-                "errors": [{"path": e.path, "message": e.message} for e in errors],
-            },
-            session_id=session.session_id,
-            turn_id=turn_id,
+        """Answer a call the turn was cancelled before it could start:
+        ``tool.failed`` with ``error_class: cancelled`` and no duration."""
+        call = self._receive(block, session, turn_id)
+        call.timed = False
+        call.fail(ToolCancelled("the turn was cancelled before the call started"))
+        # Unlike a call cancelled in the dispatcher, this one never reached a tool.
+        text = "Cancelled: the turn was cancelled before the call started."
+        call.result = ToolResultBlock(
+            tool_use_id=block.id, content=[TextBlock(text=text)], is_error=True
         )
-        lines = "\n".join(f"- {e}" for e in errors)
-        return _error_result(tool_use.id, f"Invalid input for tool {entry.name!r}:\n{lines}")
+        return call.result
 
-    def _failed(
-        self,
-        err: ToolError,
-        tool_use: ToolUseBlock,
-        session: DispatchSession,
-        turn_id: str,
-        started: float,
+    def interrupted(
+        self, block: ToolUseBlock, session_id: str, *, turn_id: str, reason: str
     ) -> ToolResultBlock:
-        err.tool_use_id = tool_use.id
-        partial_output = err.partial_output
-        data: dict[str, Any] = {
-            "tool_use_id": tool_use.id,
-            "tool_name": tool_use.name,
-            "error_class": err.error_class.value,
-            "message": bounded_text(err.message, self.max_event_output_bytes)[0],
-            "duration_ms": round((time.perf_counter() - started) * 1000, 3),
-            "partial_output": partial_output,
-        }
-        if partial_output:
-            # The event carries at most max_event_output_bytes of it; the result keeps all.
-            shown, size = bounded_text(partial_output, self.max_event_output_bytes)
-            if size is not None:
-                data.update(partial_output=shown, truncated=True, output_bytes=size)
-        self._publish("tool.failed", data, session_id=session.session_id, turn_id=turn_id)
-        text = err.message
-        if partial_output:
-            text += f"\n\nOutput before it stopped:\n{partial_output}"
-        return _error_result(tool_use.id, text)
+        """Answer a call whose dispatch never finished (the server stopped):
+        ``tool.failed`` with ``error_class: cancelled``, no duration, and the
+        result ``Interrupted: <reason>.``. Needs no live DispatchSession, so
+        recovery after a restart can use it."""
+        call = ToolCall(block, session_id, turn_id, self._publish, self.max_event_output_bytes)
+        call.timed = False
+        call.fail(ToolCancelled(reason))
+        text = f"Interrupted: {reason}."
+        call.result = ToolResultBlock(
+            tool_use_id=block.id, content=[TextBlock(text=text)], is_error=True
+        )
+        return call.result
 
     # -- cancellation -----------------------------------------------------
 
@@ -565,10 +498,12 @@ class ToolDispatcher:
     def in_flight(self, session_id: str) -> int:
         return len(self._in_flight.get(session_id, ()))
 
-    async def _cancel_call(self, call: _Call) -> None:
-        assert call.tool is not None and call.context is not None
-        call.context.cancel_event.set()
-        await _cleanup(call.tool, call.tool_use_id)
+    async def _cancel_call(self, call: ToolCall) -> None:
+        tool, context = call.tool, call.context
+        if tool is None or context is None:
+            return  # it ended meanwhile
+        context.cancel_event.set()
+        await _cleanup(tool, call.tool_use.id)
         if call.done:
             return
         if call.finished is None:
@@ -579,11 +514,12 @@ class ToolDispatcher:
         except TimeoutError:
             log.warning(
                 "tool call %s ignored cancellation for %.0f s; abandoning it",
-                call.tool_use_id,
+                call.tool_use.id,
                 self.cancel_grace,
             )
-            if call.scope is not None and not call.done:
-                call.scope.reschedule(asyncio.get_running_loop().time())
+            scope = call.timeout_scope
+            if scope is not None and not call.done:
+                scope.reschedule(asyncio.get_running_loop().time())
 
 
 async def _cleanup(tool: Tool, label: str) -> None:
@@ -593,14 +529,6 @@ async def _cleanup(tool: Tool, label: str) -> None:
             await tool.cancel()
     except Exception:
         log.warning("cancel() of %s failed or hung", label, exc_info=True)
-
-
-def _output_text(output: ToolOutput) -> str:
-    return "".join(b.text for b in output.content if isinstance(b, TextBlock))
-
-
-def _error_result(tool_use_id: str, text: str) -> ToolResultBlock:
-    return ToolResultBlock(tool_use_id=tool_use_id, content=[TextBlock(text=text)], is_error=True)
 
 
 def _summary(name: str, tool_input: dict[str, Any]) -> str:

@@ -2,6 +2,29 @@
 
 Every ToolError becomes a ``tool_result`` with ``is_error: true`` and a
 ``tool.failed`` (or ``tool.input_invalid``) event; none escapes the dispatcher.
+Each leaf maps to one ``error_class`` wire value::
+
+    ToolError                      (base; error_class execution_error)
+    ├── ToolNotFound               not_found
+    ├── ToolValidationError        validation_error
+    ├── ToolPermissionDenied       permission_denied
+    │   └── WorkspaceEscapeError   a path resolved outside the workspace
+    ├── ToolUserDenied             user_denied
+    ├── ToolTimeout                timeout
+    ├── ToolExecutionError         execution_error
+    │   ├── WorkspacePathNotFound      (dispatcher.workspace)
+    │   └── PatchParseError            (dispatcher.tools.patch.diff_parse)
+    ├── ToolCancelled              cancelled
+    └── ConfirmationTimeout        confirmation_timeout
+    ToolRegistrationError(ValueError)  a definition refused at registration
+    └── SchemaNotExpressible           (dispatcher.mcp.schema)
+
+Naming rule, for every package: an exception's name ends in ``Error``.
+Exempt, because the names are contract: the tool outcomes above, one per
+``error_class`` (plugins raise them, clients and tests catch them), and the
+HTTP answers named for their status (server.errors and their SDK mirrors:
+``NotFound``, ``Conflict`` ...). Each package's ``errors`` module draws its
+own tree the same way.
 """
 
 from __future__ import annotations

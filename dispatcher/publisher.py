@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from protocol.payloads import Payload
+
 
 class EventPublisher(Protocol):
     """Accepts one event; never blocks the caller on slow consumers or disk.
@@ -26,6 +28,10 @@ class EventPublisher(Protocol):
         turn_id: str | None = None,
     ) -> None: ...
 
+    def emit(self, payload: Payload, *, session_id: str, turn_id: str | None = None) -> None:
+        """Publish a typed payload; its class (``payload.event_type``) names the type."""
+        ...
+
 
 class NullPublisher:
     """Drops every event; for tools used outside a server (scripts, tests)."""
@@ -38,4 +44,7 @@ class NullPublisher:
         session_id: str,
         turn_id: str | None = None,
     ) -> None:
+        return None
+
+    def emit(self, payload: Payload, *, session_id: str, turn_id: str | None = None) -> None:
         return None

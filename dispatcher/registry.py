@@ -1,17 +1,41 @@
-"""The tool registry: factories, their definitions and compiled validators."""
+"""The tool registry: factories, their definitions, compiled validators and
+the operational metadata each tool declares.
+
+Every entry exposes the BaseTool API through ``RegisteredTool.stateless``: a
+built-in tool (a BaseTool subclass) is used as it is; a plugin that only
+implements the ``Tool`` protocol is wrapped once, here, in a
+``ProtocolToolAdapter``, so the dispatcher never probes with getattr.
+"""
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from dispatcher.errors import ToolRegistrationError
 from dispatcher.schema_subset import CompiledValidator
-from dispatcher.tool import Tool, ToolFactory, ToolHooks
+from dispatcher.tool import (
+    BaseTool,
+    CallRating,
+    ConfirmationPreview,
+    GrantScope,
+    Tool,
+    ToolContext,
+    ToolFactory,
+    ToolOutput,
+)
 from protocol.canonical import SideEffects, ToolDefinition
+
+if TYPE_CHECKING:
+    from dispatcher.sandbox import Sandbox
+    from dispatcher.workspace import WorkspaceFileAPI
 
 DEFAULT_TIMEOUT = 60.0
 LONG_TIMEOUT = 600.0  # execute and network tools
+# How far above a self-timed tool's own limit the dispatcher's backstop sits.
+BACKSTOP_MARGIN = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,11 +46,98 @@ class RegisteredTool:
     factory: ToolFactory
     definition: ToolDefinition
     validator: CompiledValidator
-    # A probe instance: asked only for stateless hooks (paths, rating, preview).
-    probe: Tool
+    # One shared instance, asked only for the stateless stages (prepare, rate,
+    # scope, preview); each call's execute runs on a fresh ``factory()``.
+    stateless: BaseTool
     path_fields: tuple[str, ...]
+    # The effective dispatcher timeout: the config override, else the tool's
+    # own, else by side effects; never below a self-timed tool's backstop.
     timeout: float
     group: str | None
+    # The config options section handed to ``context.options``.
+    options_section: str
+    # Whether the tool has its own prepare / rate: the dispatcher skips the
+    # defaults (a measurable share of a no-op call's overhead).
+    prepares: bool = True
+    rates: bool = True
+
+
+class ProtocolToolAdapter(BaseTool):
+    """A ``Tool``-protocol-only plugin seen through the BaseTool API.
+
+    Its optional methods are looked up once, here; what it lacks falls back
+    to BaseTool's defaults. Older signatures keep working: ``rate``/``scope``
+    without ``prepared``, ``preview`` without ``sandbox``."""
+
+    def __init__(self, tool: Tool) -> None:
+        self.tool = tool
+        self.definition = tool.definition
+        self.path_fields = tuple(getattr(tool, "path_fields", ()))
+        self._rate: Callable[..., Any] | None = getattr(tool, "rate", None)
+        self._scope: Callable[..., Any] | None = getattr(tool, "scope", None)
+        self._preview: Callable[..., Any] | None = getattr(tool, "preview", None)
+        self._preview_takes_sandbox = self._preview is not None and _takes_keyword(
+            self._preview, "sandbox"
+        )
+
+    @property
+    def plain_rating(self) -> bool:
+        """True when the plugin has no ``rate``: BaseTool's default applies."""
+        return self._rate is None
+
+    def rate(
+        self, input: dict[str, Any], workspace: WorkspaceFileAPI, *, prepared: Any = None
+    ) -> CallRating | None:
+        if self._rate is None:
+            return None
+        result: CallRating | None = self._rate(input, workspace)
+        return result
+
+    def scope(
+        self, input: dict[str, Any], workspace: WorkspaceFileAPI, *, prepared: Any = None
+    ) -> GrantScope:
+        if self._scope is None:
+            return super().scope(input, workspace)
+        result: GrantScope = self._scope(input, workspace)
+        return result
+
+    async def preview(
+        self,
+        input: dict[str, Any],
+        workspace: WorkspaceFileAPI,
+        *,
+        sandbox: Sandbox | None = None,
+        prepared: Any = None,
+    ) -> ConfirmationPreview | None:
+        if self._preview is None:
+            return None
+        result: ConfirmationPreview | None
+        if self._preview_takes_sandbox:
+            result = await self._preview(input, workspace, sandbox=sandbox)
+        else:
+            result = await self._preview(input, workspace)
+        return result
+
+    async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:
+        return await self.tool.execute(input, context)
+
+    async def cancel(self) -> bool:
+        return await self.tool.cancel()
+
+
+def _takes_keyword(fn: Callable[..., Any], name: str) -> bool:
+    """Whether ``fn`` accepts ``name=`` (by name or through ``**kwargs``)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a callable without a readable signature
+        return False
+    named = params.get(name)
+    if named is not None and named.kind in (
+        inspect.Parameter.KEYWORD_ONLY,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+    ):
+        return True
+    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
 class ToolRegistry:
@@ -38,15 +149,17 @@ class ToolRegistry:
     def register(
         self, factory: ToolFactory, *, group: str | None = None, timeout: float | None = None
     ) -> RegisteredTool:
+        """Check and add one tool. ``timeout`` is a configured override of the
+        tool's own default (itself raised to a self-timed tool's backstop)."""
         if not callable(factory):
             raise ToolRegistrationError(f"a tool factory must be callable, got {factory!r:.80}")
         try:
-            probe = factory()
+            instance = factory()
         except Exception as exc:
             raise ToolRegistrationError(
                 f"tool factory {_name_of(factory)} raised {type(exc).__name__}: {exc}"
             ) from exc
-        definition = getattr(probe, "definition", None)
+        definition = getattr(instance, "definition", None)
         if not isinstance(definition, ToolDefinition):
             raise ToolRegistrationError(
                 f"{_name_of(factory)} produced an object without a ToolDefinition `definition`"
@@ -57,33 +170,33 @@ class ToolRegistry:
         if not isinstance(definition.side_effects, SideEffects):
             raise ToolRegistrationError(f"tool {name!r} must declare side_effects")
         for method in ("execute", "cancel"):
-            if not inspect.iscoroutinefunction(getattr(probe, method, None)):
+            if not inspect.iscoroutinefunction(getattr(instance, method, None)):
                 raise ToolRegistrationError(f"tool {name!r} needs an async {method}() method")
         try:
             validator = CompiledValidator(definition.input_schema)
         except ToolRegistrationError as exc:
             raise ToolRegistrationError(f"tool {name!r}: {exc}") from exc
-        path_fields = ToolHooks.path_fields(probe)
+        stateless = instance if isinstance(instance, BaseTool) else ProtocolToolAdapter(instance)
+        path_fields = tuple(stateless.path_fields)
         properties = definition.input_schema.get("properties", {})
         for field_name in path_fields:
             if field_name not in properties:
                 raise ToolRegistrationError(
                     f"tool {name!r} names path field {field_name!r} that its schema lacks"
                 )
-        if timeout is None:
-            long = definition.side_effects in (SideEffects.EXECUTE, SideEffects.NETWORK)
-            timeout = LONG_TIMEOUT if long else DEFAULT_TIMEOUT
-        elif timeout <= 0:
-            raise ToolRegistrationError(f"tool {name!r}: timeout must be positive")
         entry = RegisteredTool(
             name=name,
             factory=factory,
             definition=definition,
             validator=validator,
-            probe=probe,
+            stateless=stateless,
             path_fields=path_fields,
-            timeout=timeout,
+            timeout=_effective_timeout(name, stateless, definition, timeout),
             group=group,
+            options_section=stateless.options_section or name,
+            prepares=_overrides(stateless, "prepare"),
+            rates=_overrides(stateless, "rate")
+            and not (isinstance(stateless, ProtocolToolAdapter) and stateless.plain_rating),
         )
         self._tools[name] = entry
         return entry
@@ -100,6 +213,29 @@ class ToolRegistry:
 
     def entries(self) -> list[RegisteredTool]:
         return [self._tools[n] for n in sorted(self._tools)]
+
+
+def _overrides(tool: BaseTool, stage: str) -> bool:
+    """Whether ``tool``'s class replaces BaseTool's default ``stage``."""
+    return getattr(type(tool), stage) is not getattr(BaseTool, stage)
+
+
+def _effective_timeout(
+    name: str, tool: BaseTool, definition: ToolDefinition, override: float | None
+) -> float:
+    """The override, else the tool's declared timeout, else one by side
+    effects; raised to ``self_timed_up_to + BACKSTOP_MARGIN`` for a tool that
+    times itself, so the dispatcher never cuts a call the tool still allows."""
+    for candidate in (override, tool.timeout):
+        if candidate is not None and candidate <= 0:
+            raise ToolRegistrationError(f"tool {name!r}: timeout must be positive")
+    timeout = override if override is not None else tool.timeout
+    if timeout is None:
+        long = definition.side_effects in (SideEffects.EXECUTE, SideEffects.NETWORK)
+        timeout = LONG_TIMEOUT if long else DEFAULT_TIMEOUT
+    if tool.self_timed_up_to is not None:
+        timeout = max(timeout, tool.self_timed_up_to + BACKSTOP_MARGIN)
+    return timeout
 
 
 def _name_of(factory: object) -> str:

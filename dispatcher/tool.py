@@ -1,15 +1,19 @@
-"""The Tool protocol and what a tool sees of one call (ToolContext) and returns
-(ToolOutput).
+"""The Tool protocol, the BaseTool every built-in tool extends, and what a
+tool sees of one call (ToolContext) and returns (ToolOutput).
 
 A tool is registered as a zero-argument factory; the dispatcher builds a fresh
 instance for every call, so instance state never leaks between calls.
 
-Beyond the required ``definition``/``execute``/``cancel``, a tool may offer
-optional, *stateless* hooks that the dispatcher calls on a probe instance
-before it builds the executing one (see ``ToolHooks``):
+``BaseTool`` gives every stage of a call a default, so a tool writes only the
+stages it needs. The dispatcher calls the *stateless* stages on one shared
+instance (``RegisteredTool.stateless``) before it builds the executing one:
 
 - ``path_fields``: input keys that name workspace paths; each is checked
-  against the workspace root before confirmation (spec step 3).
+  against the workspace root before confirmation.
+- ``prepare(input, workspace)``: per-call work the later stages share (the
+  shell's analysis of its command, a write's planned change), computed once
+  and handed to ``rate``/``scope``/``preview`` as ``prepared=`` and to
+  ``execute`` as ``context.prepared``. Default: None.
 - ``rate(input, workspace)``: a per-call rating (``safe``/``dev``/``dangerous``)
   the confirmation policy may use; the event still reports the declared
   class. It gets the workspace because a rating may depend on what a path
@@ -19,18 +23,28 @@ before it builds the executing one (see ``ToolHooks``):
 - ``scope(input, workspace)``: what "allow for session" on this call grants
   (a ``GrantScope``). Default: the whole tool. The shell narrows it to each
   command's program and subcommand at that rating.
+
+Each stage also works when called without ``prepared`` (tests and scripts
+call them directly): it then prepares for itself.
+
+Operational metadata a tool declares as class attributes (the server reads
+them; see ``RegisteredTool``): ``timeout`` (its default dispatcher timeout),
+``self_timed_up_to`` (it enforces per-call timeouts itself up to this many
+seconds, so the dispatcher's timeout is only a backstop above it) and
+``options_section`` (the config section handed to ``context.options``).
+
+A plugin may still implement only the ``Tool`` protocol; the registry adapts
+it to the BaseTool API once, at registration (``registry.ProtocolToolAdapter``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from protocol.canonical import ImageBlock, TextBlock, ToolDefinition
 
@@ -99,6 +113,9 @@ class ToolContext:
     # The session's sandbox: every process a tool starts goes through
     # ``sandbox.command(argv)``. None when the sandbox is off.
     sandbox: Sandbox | None = None
+    # What the tool's ``prepare`` computed for this call (None: nothing, or the
+    # tool was called outside the dispatcher and must prepare for itself).
+    prepared: Any = None
 
 
 @dataclass(slots=True)
@@ -135,61 +152,62 @@ class Tool(Protocol):
 ToolFactory = Callable[[], Tool]
 
 
-class ToolHooks:
-    """Reads a tool's optional hooks with safe defaults."""
+class BaseTool:
+    """Defaults for every stage of a call; a tool overrides what it needs.
 
-    @staticmethod
-    def path_fields(tool: Tool) -> tuple[str, ...]:
-        return tuple(getattr(tool, "path_fields", ()))
+    Subclasses set ``definition`` and implement ``execute``. The stateless
+    stages (``prepare``, ``rate``, ``scope``, ``preview``) run on a shared
+    instance and must not keep per-call state on ``self``; what they compute
+    for one call travels as ``prepared``.
+    """
 
-    @staticmethod
-    def rate(tool: Tool, input: dict[str, Any], workspace: WorkspaceFileAPI) -> CallRating | None:
-        rate = getattr(tool, "rate", None)
-        if rate is None:
-            return None
-        result: CallRating = rate(input, workspace)
-        return result
+    definition: ToolDefinition
+    path_fields: tuple[str, ...] = ()
+    # The tool's own default dispatcher timeout in seconds; None: chosen by
+    # its side effects (see registry.DEFAULT_TIMEOUT / LONG_TIMEOUT).
+    timeout: ClassVar[float | None] = None
+    # The tool stops its own work after a per-call timeout of at most this
+    # many seconds; the dispatcher's timeout then only backs it up.
+    self_timed_up_to: ClassVar[float | None] = None
+    # The configuration options section handed to ``context.options``
+    # (default: the tool's own name).
+    options_section: ClassVar[str | None] = None
 
-    @staticmethod
+    def prepare(self, input: dict[str, Any], workspace: WorkspaceFileAPI) -> Any:
+        """Per-call state the later stages share; computed once per call."""
+        return None
+
+    def rate(
+        self, input: dict[str, Any], workspace: WorkspaceFileAPI, *, prepared: Any = None
+    ) -> CallRating | None:
+        """This call's rating, or None to be judged by the declared side effects.
+        Raise a ToolError to refuse the call before anyone is asked."""
+        return None
+
     def scope(
-        tool: Tool, name: str, input: dict[str, Any], workspace: WorkspaceFileAPI
+        self, input: dict[str, Any], workspace: WorkspaceFileAPI, *, prepared: Any = None
     ) -> GrantScope:
-        """The tool's own scope, or the whole tool (``name``) by default."""
-        scope = getattr(tool, "scope", None)
-        if scope is None:
-            return GrantScope(((name, None),), f"allow {name} for this session")
-        result: GrantScope = scope(input, workspace)
-        return result
+        """What "allow for session" grants: by default, the whole tool."""
+        name = self.definition.name
+        return GrantScope(((name, None),), f"allow {name} for this session")
 
-    @staticmethod
     async def preview(
-        tool: Tool,
+        self,
         input: dict[str, Any],
         workspace: WorkspaceFileAPI,
         *,
         sandbox: Sandbox | None = None,
+        prepared: Any = None,
     ) -> ConfirmationPreview | None:
-        """The tool's ``preview(input, workspace)``. A preview that starts a
-        process (apply_patch may run GNU patch) declares a ``sandbox`` keyword
-        and gets the session's sandbox (None when it is off), so that process
-        runs where the call's own would; previews without the keyword (plugins
-        written before it existed) are called as before."""
-        preview = getattr(tool, "preview", None)
-        if preview is None:
-            return None
-        try:
-            params = inspect.signature(preview).parameters
-        except (TypeError, ValueError):  # a callable without a readable signature
-            params = MappingProxyType({})
-        named = params.get("sandbox")
-        takes_sandbox = (
-            named is not None
-            and named.kind
-            in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-        ) or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-        result: ConfirmationPreview
-        if takes_sandbox:
-            result = await preview(input, workspace, sandbox=sandbox)
-        else:
-            result = await preview(input, workspace)
-        return result
+        """What the call would do, for the confirmation request; None: show the
+        input. ``sandbox`` is the session's: a preview that starts a process
+        runs it where the call's own would."""
+        return None
+
+    async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:
+        """Run the call; ``input`` is already validated against the schema."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement execute()")
+
+    async def cancel(self) -> bool:
+        """Abort an in-flight execute. The default has nothing to stop."""
+        return True

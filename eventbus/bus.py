@@ -1,7 +1,8 @@
 """EventBus: the in-process event bus with a durable log behind it.
 
-``publish`` is synchronous and cheap: it assigns ``seq`` and ``session_seq``
-in call order, encodes the envelope once and queues it. A writer task drains
+``publish`` (a type and a dict) and ``emit`` (a typed ``protocol.payloads``
+model) are synchronous and cheap: they assign ``seq`` and ``session_seq``
+in call order, encode the envelope once and queue it. A writer task drains
 the queue in batches: it commits each batch to the log off the event loop
 (one transaction for many events; see eventbus.log_access for where) and
 only then fans it out, so no subscriber ever sees an event the log does not
@@ -38,6 +39,7 @@ from eventbus.record import EventRecord
 from eventbus.subscription import Subscription, Visibility
 from eventbus.validation import validate_payload
 from protocol.catalog import EventType
+from protocol.payloads import Payload
 
 DEBUG_ENV = "TOOLRELAY_EVENT_DEBUG"
 # What one replay page may hold (besides its count): a subscriber catching up
@@ -317,11 +319,43 @@ class EventBus:
             data = dict(data)
         if self._validate:
             validate_payload(name, data)
+        self._queue(name, data, session_id, turn_id)
+
+    def emit(self, payload: Payload, *, session_id: str, turn_id: str | None = None) -> None:
+        """Publish a typed payload: its class names the event type.
+
+        The same contract as ``publish`` (never waits; refused with the same
+        errors before anything is assigned), without a type string to get
+        wrong. The payload is not validated here (build it with its class,
+        whose construction validates); debug mode checks it again.
+        """
+        if self._state != "running":
+            self._refuse()
+        event_type = getattr(payload.__class__, "event_type", None)
+        name = _TYPE_NAMES.get(event_type) if isinstance(event_type, str) else None
+        if name is None:
+            raise UnknownEventType(f"{payload.__class__.__name__} (no catalog event_type)")
+        if session_id.__class__ is not str or not session_id:
+            raise InvalidEvent(f"session_id must be a non-empty string, got {session_id!r}")
+        if turn_id is not None and turn_id.__class__ is not str:
+            raise InvalidEvent(f"turn_id must be a string or None, got {turn_id!r}")
+        if self._validate:
+            try:
+                dumped = payload.model_dump(mode="json")
+            except Exception as exc:  # pydantic's serialization error: not JSON
+                raise EventNotSerializable(f"{name} data is not JSON-serializable: {exc}") from exc
+            validate_payload(name, dumped)
+        self._queue(name, payload, session_id, turn_id)
+
+    def _queue(
+        self, name: str, data: Mapping[str, Any] | Payload, session_id: str, turn_id: str | None
+    ) -> None:
+        """Assign the counters, encode once and queue (the checks are done)."""
         seq = self._seq + 1
         session_seq = self._session_seqs.get(session_id, 0) + 1
         ts = self._clock.now()
         try:
-            text = self._encoder.encode(
+            encoded = self._encoder.encode(
                 seq=seq,
                 session_seq=session_seq,
                 event_id=f"evt_{self._id_prefix}{seq:012x}",
@@ -337,7 +371,7 @@ class EventBus:
         self._seq = seq
         self._session_seqs[session_id] = session_seq
         pending = self._pending
-        pending.append(EventRecord(seq, session_seq, session_id, name, turn_id, ts, text))
+        pending.append(EventRecord(seq, session_seq, session_id, name, turn_id, ts, encoded))
         if len(pending) == 1:
             self._wake.set()
         self._published += 1
@@ -422,7 +456,7 @@ class EventBus:
                 self._fault = exc
                 if first:
                     self._signal_progress()  # waiters may want to look at the fault
-                held = sum(len(r.text) for r in batch) + sum(len(r.text) for r in self._pending)
+                held = sum(r.size for r in batch) + sum(r.size for r in self._pending)
                 if held > self._max_pending_bytes:
                     raise StorageFault(
                         f"{exc}; {held} bytes of events wait in memory, over the "
@@ -723,10 +757,9 @@ class EventBus:
 
 
 def _encoded_size(records: list[EventRecord]) -> int:
-    # Envelopes are ASCII (eventbus.encoding): characters are bytes.
     size = 0
     for record in records:
-        size += len(record.text)
+        size += record.size
     return size
 
 

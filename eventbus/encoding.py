@@ -1,59 +1,90 @@
-"""The publish fast path: timestamps and the envelope's JSON text.
+"""The publish fast path: timestamps and the envelope's JSON, as UTF-8 bytes.
 
-Building the envelope through pydantic, or even through ``json.dumps`` of the
-whole dict, costs several microseconds per event on this project's machines;
-the bus's budget is a few microseconds in total. So the fields the bus makes
-itself (numbers, id, a type name from the closed catalog, the timestamp) are
-known-safe ASCII and go into the text directly; ids the caller supplies are
-quoted once and cached (sessions and turns publish many events each); only
-``data`` is encoded per event.
+Every envelope is encoded once, by orjson, into UTF-8 bytes; those bytes go
+to the log process as they are and a WebSocket sends their text (decoded at
+most once per event, see eventbus.record). ``benchmarks/event_encoding.py``
+measured orjson, msgspec and the standard library's C encoder on realistic
+envelopes: orjson and msgspec were within noise of each other and 5-8 times
+faster than the standard library on a 2 KB tool output (whose ASCII escaping
+dominated); orjson was chosen because it refuses ``bytes`` (msgspec silently
+writes base64) and needs no private API.
+
+What the encoder does with values JSON cannot hold:
+
+- objects of other types, ``bytes``, dict keys that are neither strings nor
+  numbers, cycles (orjson's depth limit): TypeError (the bus raises
+  EventNotSerializable);
+- NaN and infinities: ``null`` (orjson's rule; the output stays strict JSON);
+- dataclasses, datetimes, UUIDs and enums: written as orjson writes them
+  (the standard library refused the first three);
+- strings with lone surrogates (which UTF-8 cannot carry): each surrogate
+  becomes U+FFFD. Subprocess output is decoded with ``errors="replace"`` where
+  it enters, so this happens only for text that arrived otherwise (a provider's
+  JSON may spell ``"\\ud800"``); the check costs nothing unless the first
+  encoding attempt fails.
 """
 
 from __future__ import annotations
 
-import json
+import re
 import time
-from collections.abc import Callable
-from json import encoder as _json_encoder
+from collections.abc import Mapping
 from typing import Any
+
+import orjson
 
 # Quoted ids are cached; the caches are dropped when they grow past this,
 # which bounds memory on a server that sees many turns over its life.
 _CACHE_LIMIT = 4096
+# On the retry only (it costs ~30% on every call): dict keys that are numbers
+# are written as strings, as the standard library did.
+_RETRY_OPTIONS = orjson.OPT_NON_STR_KEYS
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def _refuse(value: Any) -> Any:
+def _parts(value: Any) -> Any:
+    """orjson's fallback: a payload part (a pydantic model) as its fields."""
+    fields = getattr(type(value), "__pydantic_fields__", None)
+    if fields is not None:
+        return model_fields(value)
     raise TypeError(f"Object of type {value.__class__.__name__} is not JSON serializable")
 
 
-def _make_encoder() -> Callable[[Any], str]:
-    """Strict, compact, ASCII-only JSON.
-
-    ensure_ascii keeps the text pure ASCII, so lone surrogates (from
-    undecodable subprocess output) become escapes instead of failing later in
-    SQLite or on a socket; allow_nan=False keeps the output strict JSON that
-    browsers can parse. ``JSONEncoder.encode`` rebuilds its C encoder on every
-    call; building it once saves about 40% per event. Where the C accelerator
-    is missing, the documented API is used.
-    """
-    make = getattr(_json_encoder, "c_make_encoder", None)
-    if make is None:  # pragma: no cover - CPython always has it
-        return json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode
-    # markers=None: no circular check; a cycle ends in RecursionError instead.
-    c_encode = make(
-        None, _refuse, _json_encoder.encode_basestring_ascii, None, ":", ",", False, False, False
-    )
-
-    def encode(value: Any) -> str:
-        return "".join(c_encode(value, 0))
-
-    return encode
+def model_fields(model: Any) -> dict[str, Any]:
+    """A pydantic model's field values plus its extra keys, without ``model_dump``
+    (which costs microseconds): nested models are left for ``_parts``."""
+    values: dict[str, Any] = model.__dict__
+    extra = model.__pydantic_extra__
+    return {**values, **extra} if extra else values
 
 
-encode_json: Callable[[Any], str] = _make_encoder()
-"""Strict JSON text of ``value``; TypeError/ValueError/RecursionError if JSON cannot hold it."""
+def _without_surrogates(value: Any) -> Any:
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, Mapping):
+        return {_without_surrogates(k): _without_surrogates(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_without_surrogates(v) for v in value]
+    if getattr(type(value), "__pydantic_fields__", None) is not None:
+        return _without_surrogates(model_fields(value))
+    return value
 
-_quote = _json_encoder.encode_basestring_ascii
+
+def encode_json(value: Any) -> bytes:
+    """Strict JSON of ``value`` as UTF-8; TypeError if JSON cannot hold it.
+
+    Lone surrogates in strings become U+FFFD and numeric dict keys strings
+    (see the module docstring): both on a second attempt, after the first
+    failed, so the usual event pays nothing for them."""
+    try:
+        return orjson.dumps(value, default=_parts)
+    except TypeError as exc:
+        problem = str(exc)
+        if "surrogates" in problem:
+            value = _without_surrogates(value)
+        elif "Dict key" not in problem:
+            raise
+    return orjson.dumps(value, default=_parts, option=_RETRY_OPTIONS)
 
 
 class UtcClock:
@@ -78,29 +109,32 @@ class UtcClock:
 
 
 class EnvelopeEncoder:
-    """Builds the envelope text with the keys in the order of ``Event``."""
+    """Builds the envelope's UTF-8 JSON with the keys in the order of ``Event``.
 
-    __slots__ = ("_quoted",)
+    One ``orjson.dumps`` of the whole envelope: measured faster than joining a
+    pre-quoted head with the encoded ``data`` (copying the bytes again cost
+    more than the few short keys orjson writes). Session and turn ids are
+    checked once each and remembered (sessions and turns publish many events).
+    """
+
+    __slots__ = ("_checked",)
 
     def __init__(self) -> None:
-        self._quoted: dict[str, str] = {}
+        self._checked: set[str] = set()
 
-    def quote(self, value: str) -> str:
-        """``value`` (a session or turn id) as a JSON string literal, cached.
-
-        ValueError if it holds lone surrogates, which SQLite text cannot store.
-        """
-        quoted = self._quoted.get(value)
-        if quoted is None:
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError:
-                # The log stores ids as SQLite text, which must be valid UTF-8.
-                raise ValueError(f"id {value!r} is not valid Unicode text") from None
-            if len(self._quoted) >= _CACHE_LIMIT:
-                self._quoted.clear()
-            quoted = self._quoted[value] = _quote(value)
-        return quoted
+    def check_id(self, value: str) -> None:
+        """ValueError if ``value`` (a session or turn id) holds lone surrogates:
+        an id is an identity, so it is refused rather than altered (and SQLite
+        text must be valid UTF-8)."""
+        if value in self._checked:
+            return
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            raise ValueError(f"id {value!r} is not valid Unicode text") from None
+        if len(self._checked) >= _CACHE_LIMIT:
+            self._checked.clear()
+        self._checked.add(value)
 
     def encode(
         self,
@@ -112,17 +146,25 @@ class EnvelopeEncoder:
         session_id: str,
         turn_id: str | None,
         ts: str,
-        data: dict[str, Any],
-    ) -> str:
-        """The envelope's JSON text.
+        data: Any,
+    ) -> bytes:
+        """The envelope's UTF-8 JSON. ``data`` is a mapping or a payload model.
 
-        ``event_id``, ``type`` and ``ts`` must be JSON-safe ASCII without
-        quotes or backslashes (the bus guarantees it); the rest is encoded.
-        Raises TypeError/ValueError/RecursionError when ``data`` is not JSON.
+        Raises TypeError when ``data`` is not JSON, ValueError for an id that
+        is not valid Unicode text.
         """
-        turn = "null" if turn_id is None else self.quote(turn_id)
-        return (
-            f'{{"seq":{seq},"session_seq":{session_seq},"id":"{event_id}","type":"{type}",'
-            f'"session_id":{self.quote(session_id)},"turn_id":{turn},"ts":"{ts}",'
-            f'"data":{encode_json(data)}}}'
+        self.check_id(session_id)
+        if turn_id is not None:
+            self.check_id(turn_id)
+        return encode_json(
+            {
+                "seq": seq,
+                "session_seq": session_seq,
+                "id": event_id,
+                "type": type,
+                "session_id": session_id,
+                "turn_id": turn_id,
+                "ts": ts,
+                "data": data,
+            }
         )

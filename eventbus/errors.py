@@ -1,8 +1,23 @@
-"""The closed set of errors the event bus and its log raise.
+"""The closed set of errors the event bus and its log raise::
+
+    EventBusError
+    ├── InvalidEvent(ValueError)         an event that may not be published
+    │   ├── UnknownEventType             its type is not in the catalog
+    │   ├── PayloadInvalid               its data does not fit the type's payload
+    │   └── EventNotSerializable         its data is not JSON
+    ├── CursorError                      a resume cursor the log cannot serve
+    │   ├── CursorExpired                older than the oldest retained event
+    │   └── CursorInFuture(ValueError)   beyond the newest event
+    ├── SubscriberTooSlow                a subscriber fell too far behind
+    ├── BusNotStarted
+    ├── BusClosed
+    └── EventLogError                    the durable log failed
+        └── StorageFault                 (eventbus.log) a storage fault stops commits
 
 Every error names what was wrong and, where a caller can recover (a cursor
 that is too old, a subscriber that fell behind), carries the number it needs
-to recover with.
+to recover with. The naming rule (:mod:`dispatcher.errors`) says names end
+in ``Error``; the leaves above that do not are renames still to make.
 """
 
 from __future__ import annotations

@@ -33,7 +33,6 @@ import heapq
 import itertools
 import json
 import os
-import re
 import sqlite3
 import threading
 import time
@@ -83,18 +82,14 @@ WHERE seq BETWEEN ? AND ? GROUP BY session_id
 ON CONFLICT (session_id) DO UPDATE SET
     last_session_seq = excluded.last_session_seq, last_seq = excluded.last_seq
 """
-# The envelope's leading fields, in the fixed order eventbus.encoding writes
-# them; the log process reads its columns from the text with this.
-_ENVELOPE_HEAD = re.compile(
-    r'\{"seq":(\d+),"session_seq":(\d+),"id":"[^"\\]*","type":"([^"\\]*)",'
-    r'"session_id":("(?:[^"\\]|\\.)*"),"turn_id":(null|"(?:[^"\\]|\\.)*"),"ts":"([^"\\]*)",'
-)
-
 Row = tuple[int, int, str, str, str | None, str, str]
 
 
 # One row per page: the metadata as a JSON array and the texts joined by a
-# record separator (0x1E), which ASCII-only JSON text can never contain. Both
+# record separator (0x1E), which JSON text can never contain (control
+# characters are escaped inside strings, and no byte of a multi-byte UTF-8
+# sequence is below 0x80). An append request to the log process is packed
+# the same way (see ``unpack_rows``). Both
 # aggregates run over the rows in the same pass, so they pair up; the order
 # is re-established in Python because aggregate order is not guaranteed.
 _PAGE = """
@@ -230,19 +225,22 @@ def _by_seq(record: EventRecord) -> int:
     return record.seq
 
 
-def _json_string(literal: str) -> str:
-    # Ids without escapes (the usual case) need no JSON parsing.
-    text: str = json.loads(literal) if "\\" in literal else literal[1:-1]
-    return text
-
-
-def _row_from_text(text: str) -> Row:
-    match = _ENVELOPE_HEAD.match(text)
-    if match is None:
-        raise EventLogError(f"not an event envelope from eventbus.encoding: {text[:120]!r}")
-    seq, session_seq, type_, session_id, turn_id, ts = match.groups()
-    turn = None if turn_id == "null" else _json_string(turn_id)
-    return (int(seq), int(session_seq), _json_string(session_id), type_, turn, ts, text)
+def unpack_rows(meta_json: str, texts: str) -> list[Row]:
+    """Rows from a packed append (what the log process receives): the index
+    columns as a JSON array of ``[seq, session_seq, session_id, type, turn_id,
+    ts]`` and the envelope texts joined by 0x1E, in the same order."""
+    meta: list[list[Any]] = json.loads(meta_json)
+    parts = texts.split(_RECORD_SEPARATOR) if texts else []
+    if len(parts) != len(meta) or not all(isinstance(m, list) and len(m) == 6 for m in meta):
+        raise EventLogError(
+            f"malformed append: {len(meta)} index rows for {len(parts)} envelope texts"
+        )
+    return [
+        (seq, session_seq, session_id, type_, turn_id, ts, text)
+        for (seq, session_seq, session_id, type_, turn_id, ts), text in zip(
+            meta, parts, strict=True
+        )
+    ]
 
 
 def _rfc3339(epoch: float) -> str:
@@ -449,10 +447,10 @@ class EventLog:
             [(r.seq, r.session_seq, r.session_id, r.type, r.turn_id, r.ts, r.text) for r in records]
         )
 
-    def append_encoded(self, texts: Sequence[str]) -> None:
-        """Like ``append_many`` for envelope texts alone (what the log process
-        receives): the columns are read from each text's leading fields."""
-        self._insert([_row_from_text(text) for text in texts])
+    def append_packed(self, meta_json: str, texts: str) -> None:
+        """Like ``append_many`` for a packed append (what the log process
+        receives, see ``unpack_rows``): the columns come with the texts."""
+        self._insert(unpack_rows(meta_json, texts))
 
     def _insert(self, rows: list[Row]) -> None:
         if not rows:
@@ -660,7 +658,7 @@ class EventLog:
             if sessions is None:
                 row = conn.execute(_PAGE_ALL if session_id is None else _PAGE_SESSION, params)
                 oldest, last, meta, texts = row.fetchone()
-                # Envelopes are ASCII: len() counts bytes. Usually nothing to cut,
+                # len() counts characters (bytes for ASCII text). Usually nothing to cut,
                 # and then the byte bound costs nothing (a window function in the
                 # query made every page about 3x slower).
                 if texts is not None and len(texts) > byte_cap:

@@ -10,7 +10,10 @@ is one op byte, a 4-byte big-endian length and that many payload bytes
 
 - handshake (child -> parent, once): ``K`` + JSON ``{"pid", "last_seq", "sessions"}``
   or ``E`` + error JSON, after which the child exits.
-- ``A`` append: the envelopes joined by 0x1E.
+- ``A`` append: the index columns as a JSON array of ``[seq, session_seq,
+  session_id, type, turn_id, ts]`` + ``"\\n"`` + the envelopes (UTF-8 JSON)
+  joined by 0x1E, in the same order (``eventbus.log.unpack_rows``): the
+  columns travel beside the text, nothing is parsed out of it.
   Reply ``K`` with an empty payload once committed.
 - ``R`` replay: JSON ``{"session_id", "after", "limit", "sessions"?, "max_bytes"?}``. Reply ``K`` +
   metadata JSON + ``"\\n"`` + texts joined by 0x1E (see ``EventLog.replay_page``).
@@ -41,7 +44,6 @@ ERROR = b"E"
 APPEND = b"A"
 REPLAY = b"R"
 PRUNE = b"P"
-RECORD_SEPARATOR = "\x1e"
 # A pipe holds 64 KiB by default and the parent's event loop moves at most
 # that much per iteration, so a 1 MiB batch would need 16 iterations of a
 # possibly busy loop. Linux lets a pipe grow (up to /proc/sys/fs/pipe-max-size,
@@ -88,7 +90,9 @@ def _error_payload(exc: Exception) -> bytes:
 def handle(log: EventLog, op: bytes, payload: bytes) -> bytes:
     """Run one request against the log; the reply payload."""
     if op == APPEND:
-        log.append_encoded(payload.decode().split(RECORD_SEPARATOR) if payload else [])
+        # One decode of the whole request: SQLite stores the envelopes as text.
+        meta, _, texts = payload.decode().partition("\n")
+        log.append_packed(meta, texts)
         return b""
     if op == REPLAY:
         request = json.loads(payload)

@@ -1,9 +1,12 @@
 """EventRecord: one event as the bus moves it around, already encoded.
 
-The bus encodes each envelope to JSON once, at publish time; the same text is
-written to the log and handed to every subscriber (a WebSocket sends it as
-is). The pydantic ``Event`` view is built only if someone asks for it, and
-this module imports only the standard library at load time.
+The bus encodes each envelope to UTF-8 JSON once, at publish time; the same
+bytes are written to the log and the same text is handed to every subscriber
+(a WebSocket sends it as is). A record made at publish time holds the bytes
+and decodes its text on first use (once, shared by every subscriber); one
+read back from the log holds the text and encodes bytes only if asked. The
+pydantic ``Event`` view is built only if someone asks for it, and this module
+imports only the standard library at load time.
 """
 
 from __future__ import annotations
@@ -17,11 +20,24 @@ if TYPE_CHECKING:
 class EventRecord:
     """An encoded event plus the envelope fields the log indexes.
 
-    ``text`` is the JSON envelope, identical for every reader. ``event``
-    parses it into an ``Event`` on first access and caches it.
+    ``text`` is the JSON envelope and ``encoded`` its UTF-8 bytes, identical
+    for every reader; ``size`` is its length in bytes (for a record read back
+    from the log, its length in characters: an estimate that is exact for
+    ASCII). ``event`` parses it into an ``Event`` on first access and caches it.
     """
 
-    __slots__ = ("_event", "seq", "session_id", "session_seq", "text", "ts", "turn_id", "type")
+    __slots__ = (
+        "_encoded",
+        "_event",
+        "_text",
+        "seq",
+        "session_id",
+        "session_seq",
+        "size",
+        "ts",
+        "turn_id",
+        "type",
+    )
 
     def __init__(
         self,
@@ -31,7 +47,7 @@ class EventRecord:
         type: str,
         turn_id: str | None,
         ts: str,
-        text: str,
+        text: str | bytes,
     ) -> None:
         self.seq = seq
         self.session_seq = session_seq
@@ -39,8 +55,32 @@ class EventRecord:
         self.type = type
         self.turn_id = turn_id
         self.ts = ts
-        self.text = text
+        self._encoded: bytes | None
+        self._text: str | None
+        if isinstance(text, bytes):
+            self._encoded, self._text = text, None
+        else:
+            self._encoded, self._text = None, text
+        self.size = len(text)
         self._event: Event | None = None
+
+    @property
+    def text(self) -> str:
+        """The envelope's JSON text (decoded once from the bytes, then cached)."""
+        text = self._text
+        if text is None:
+            assert self._encoded is not None
+            text = self._text = self._encoded.decode()
+        return text
+
+    @property
+    def encoded(self) -> bytes:
+        """The envelope's JSON as UTF-8 bytes."""
+        encoded = self._encoded
+        if encoded is None:
+            assert self._text is not None
+            encoded = self._encoded = self._text.encode()
+        return encoded
 
     @property
     def event(self) -> Event:
@@ -49,7 +89,7 @@ class EventRecord:
             # Imported here: the log process uses records without loading pydantic.
             from protocol.envelope import Event
 
-            self._event = Event.model_validate_json(self.text)
+            self._event = Event.model_validate_json(self.encoded)
         return self._event
 
     def cursor(self, *, per_session: bool) -> int:

@@ -90,7 +90,7 @@ class Subscription:
         self._tolerant = after is not None and replayable
         self._page: deque[EventRecord] = deque()
         self._live: deque[EventRecord] = deque()
-        # Encoded size of what _live holds (envelopes are ASCII: chars are bytes).
+        # Encoded size of what _live holds (EventRecord.size).
         self._live_bytes = 0
         self._overflows = 0
         self._waiter: asyncio.Future[None] | None = None
@@ -139,7 +139,7 @@ class Subscription:
                 return 0
             incoming = 0
             for record in records:
-                incoming += len(record.text)
+                incoming += record.size
         # An empty queue takes any chunk, however large its events: a consumer
         # that keeps up is never cut off for the size of one chunk (the bus
         # keeps chunks to about a MiB; see EventBus._deliver).
@@ -252,7 +252,7 @@ class Subscription:
         live = self._live
         while live:
             record = live.popleft()
-            self._live_bytes -= len(record.text)
+            self._live_bytes -= record.size
             cursor = record.cursor(per_session=self._per_session)
             if self._cursor is None or cursor == self._cursor + 1:
                 self._cursor = cursor
@@ -286,7 +286,7 @@ class Subscription:
             if self._page_bytes is not None and page:
                 size = 0
                 for record in page:
-                    size += len(record.text)
+                    size += record.size
                 if size >= self._page_bytes:
                     # Maybe cut by bytes, not the end of the log: read on (at worst
                     # one more read that comes back empty).

@@ -57,11 +57,11 @@ from adapters.registry import create_adapter, default_model, parse_model
 from protocol.canonical import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from server.config import Config
 from server.schemas import InputLimitExceeded, check_json_limits
-from server.store import Store
+from server.store import Store, TurnFailureReason
 from server.turns import TurnContext, TurnFailure, TurnOutcome, answer_unanswered
 
 if TYPE_CHECKING:
-    from server.runtime import Runtime
+    from server.runtime import Services
 
 log = logging.getLogger("toolrelay.agent")
 
@@ -158,7 +158,7 @@ class AgentLoop:
     async def run(self, ctx: TurnContext) -> TurnOutcome:
         session = self._store.get_session(ctx.session_id)
         if session is None:  # deleted between the request and the task starting
-            return _failed("session_missing", "the session no longer exists", {})
+            return _failed(TurnFailureReason.SESSION_MISSING, "the session no longer exists", {})
         model = self.model_for(session.model)
         user = Message(role="user", content=[TextBlock(text=str(ctx.request["message"]))])
         _append(ctx, user)
@@ -279,7 +279,7 @@ class _Turn:
             "and the model still wanted tools; the tool results are in the conversation, so "
             "send another message to let it continue"
         )
-        return _failed("step_limit", message, self.details(), turn=self)
+        return _failed(TurnFailureReason.STEP_LIMIT, message, self.details(), turn=self)
 
     # -- one model call -------------------------------------------------------
 
@@ -408,7 +408,7 @@ def _append(ctx: TurnContext, message: Message) -> None:
 
 
 def _failed(
-    reason: str, message: str, details: dict[str, Any], *, turn: _Turn | None = None
+    reason: TurnFailureReason, message: str, details: dict[str, Any], *, turn: _Turn | None = None
 ) -> TurnOutcome:
     if turn is None:
         return TurnOutcome(results=[], failure=TurnFailure(reason, message, details))
@@ -433,7 +433,7 @@ def _model_failure(
         text = error.message
     where = f"model call {step}" if step else f"setting up model {model!r}"
     log.warning("turn %s failed at %s: %s", ctx.turn_id, where, text)
-    return _failed("model_error", f"{where} failed: {text}", details, turn=turn)
+    return _failed(TurnFailureReason.MODEL_ERROR, f"{where} failed: {text}", details, turn=turn)
 
 
 def _kind(error: AdapterError) -> str:
@@ -474,40 +474,12 @@ def _held_to_limits(
 
 def _malformed_result(ctx: TurnContext, block: ToolUseBlock, reason: str) -> ToolResultBlock:
     """Answer a call whose arguments were not a JSON object, so the model can retry it."""
-    ctx.publish(
-        "tool.input_invalid",
-        {
-            "tool_use_id": block.id,
-            "tool_name": block.name,
-            "errors": [{"path": "", "message": reason}],
-        },
-    )
-    # The reason quotes the start of what the model sent, so it can see its mistake.
-    text = (
-        f"Invalid input for tool {block.name!r}: {reason}\n"
-        "The tool did not run. Call it again with its arguments as one JSON object "
-        "that matches its input_schema."
-    )
-    return ToolResultBlock(tool_use_id=block.id, content=[TextBlock(text=text)], is_error=True)
+    return ctx.dispatcher.refuse(block, ctx.dispatch_session, turn_id=ctx.turn_id, reason=reason)
 
 
 def _cancelled_result(ctx: TurnContext, block: ToolUseBlock) -> ToolResultBlock:
     """Answer a call the turn was cancelled before it could start."""
-    message = "the turn was cancelled before the call started"
-    ctx.publish(
-        "tool.failed",
-        {
-            "tool_use_id": block.id,
-            "tool_name": block.name,
-            "error_class": "cancelled",
-            "message": message,
-            "duration_ms": 0.0,
-            "partial_output": None,
-        },
-    )
-    return ToolResultBlock(
-        tool_use_id=block.id, content=[TextBlock(text=f"Cancelled: {message}.")], is_error=True
-    )
+    return ctx.dispatcher.cancelled_before_start(block, ctx.dispatch_session, turn_id=ctx.turn_id)
 
 
 async def _import_sdk_off_loop(model: str) -> None:
@@ -552,7 +524,7 @@ async def _close(adapter: ModelAdapter) -> None:
             await aclose()
 
 
-def agent_loop_factory(runtime: Runtime) -> AgentLoop:
-    """The ``message_runner_factory`` of ``create_app``: the agent loop on the runtime's
-    configuration and store."""
-    return AgentLoop(runtime.config, runtime.store)
+def agent_loop_factory(services: Services) -> AgentLoop:
+    """The ``message_runner_factory`` of ``create_app``: the agent loop on the
+    server's configuration and store."""
+    return AgentLoop(services.config, services.store)

@@ -24,7 +24,7 @@ from server.middleware import AuthMiddleware, BodyLimit, too_large_body
 from server.responses import AsciiJSONResponse
 from server.routes import docs, mcp, metrics, sessions, streams, system, turns
 from server.routes import memory as memory_routes
-from server.runtime import Runtime
+from server.runtime import Services
 from server.schemas import INPUT_LIMITS
 from server.turns import TurnRunner
 
@@ -36,7 +36,7 @@ def create_app(
     config: Config,
     tokens: TokenRegistry,
     *,
-    message_runner_factory: Callable[[Runtime], TurnRunner | None] | None = None,
+    message_runner_factory: Callable[[Services], TurnRunner | None] | None = None,
 ) -> FastAPI:
     """Build the app. The runtime (store, bus, dispatcher) starts in the lifespan.
 
@@ -47,7 +47,7 @@ def create_app(
         from server.agent_loop import agent_loop_factory
 
         message_runner_factory = agent_loop_factory
-    runtime = Runtime(config, tokens, message_runner_factory=message_runner_factory)
+    runtime = Services(config, tokens, message_runner_factory=message_runner_factory)
     mcp_endpoint = McpEndpoint(runtime)
 
     @asynccontextmanager

@@ -32,7 +32,7 @@ from server.roots import warn_unconfined_users
 from server.startup import DataDirLock, StartupError, bind_listener
 
 if TYPE_CHECKING:
-    from server.runtime import Runtime
+    from server.runtime import Services
 
 EXIT_CONFIG = 2
 # Start-up failed (port, data dir, databases) or the server could not continue.
@@ -194,7 +194,7 @@ def _serve_locked(
         cleanup.run()
         return _fail(outcome.start_error, outcome.exit_code)
     if outcome.fatal is not None:
-        # The runtime could not continue (see Runtime.on_fatal): a supervisor
+        # The runtime could not continue (see Services.on_fatal): a supervisor
         # restarts the process; the lock is released as the process ends.
         return _fail(f"stopped: {outcome.fatal}", EXIT_STARTUP)
     # uvicorn reports a failed start-up (a lifespan error) by not starting.
@@ -248,7 +248,7 @@ SQLITE_SUFFIXES = ("", "-wal", "-shm", "-journal")
 
 async def _run(
     server: uvicorn.Server,
-    runtime: Runtime,
+    runtime: Services,
     config: Config,
     token_note: str,
     sock: socket.socket,

@@ -19,12 +19,18 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
 from dispatcher.mcp.config import McpServerConfig, check_server_name
+from dispatcher.pipeline.budget import LimitsConfig
+from dispatcher.pipeline.guardrails import GuardrailConfig
+from dispatcher.pipeline.hooks import HooksConfig
+from dispatcher.pipeline.profiles import ProfileConfig, check_profile_names
 from dispatcher.policy import PolicyConfig
+from server.agents import AgentConfig, check_agents
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
@@ -253,6 +259,28 @@ class Config(_Section):
     model: ModelSection = Field(default_factory=ModelSection)
     # MCP servers whose tools join every session as mcp_{server}_{tool} (specs/mcp.md).
     mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
+    # The execution pipeline (specs/pipeline.md): rules no model or user token
+    # can loosen, lifecycle hooks, permission profiles and token budgets.
+    guardrails: GuardrailConfig = Field(default_factory=GuardrailConfig)
+    hooks: HooksConfig = Field(default_factory=HooksConfig)
+    profiles: dict[str, ProfileConfig] = Field(default_factory=dict)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    # Named agents (specs/agents.md): prompt, tools, profile, model, step
+    # limit; built in: build, plan, explore, test, review.
+    agents: dict[str, AgentConfig] = Field(default_factory=dict)
+
+    _profile_names = field_validator("profiles")(check_profile_names)
+
+    @field_validator("agents")
+    @classmethod
+    def _agents(cls, value: dict[str, AgentConfig], info: ValidationInfo) -> dict[str, AgentConfig]:
+        # ``profiles`` is declared first, so it is validated and present here
+        # (absent only when it failed itself: then its own error is reported).
+        profiles = info.data.get("profiles")
+        problems = check_agents(value, profiles if isinstance(profiles, dict) else {})
+        if problems:
+            raise ValueError("; ".join(problems))
+        return value
 
     @field_validator("mcp_servers")
     @classmethod

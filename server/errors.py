@@ -1,4 +1,15 @@
-"""The closed set of errors the HTTP API answers with, and their JSON shape.
+"""The closed set of errors the HTTP API answers with, and their JSON shape::
+
+    ApiError                  (base; code and status)
+    ├── InvalidRequest        422      the request names what was wrong
+    ├── Unauthorized          401
+    ├── Forbidden             403
+    ├── NotFound              404
+    ├── Conflict              409      e.g. a turn already running, an answered
+    │                                  confirmation (with the winning decision)
+    ├── PayloadTooLarge       413
+    ├── NotImplementedYet     501
+    └── StorageUnavailable    503      the event log cannot commit
 
 Every error response, whatever raised it (our routes, FastAPI's request
 validation, Starlette's routing or body limit), has the same body::
@@ -6,7 +17,9 @@ validation, Starlette's routing or body limit), has the same body::
     {"error": {"code": "<machine code>", "message": "<what was wrong>", ...}}
 
 Extra keys (``fields``, ``resolution``, ``turn_id`` ...) add detail where a
-client can act on it.
+client can act on it. These classes are named for the HTTP answer they are,
+without an ``Error`` suffix: the one exemption to the naming rule besides
+the dispatcher's tool outcomes (see :mod:`dispatcher.errors`).
 """
 
 from __future__ import annotations

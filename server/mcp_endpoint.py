@@ -3,7 +3,7 @@
 One low-level SDK ``Server`` and one stateful session manager serve every
 toolrelay session; each request names its session in the path and carries
 the bearer token our AuthMiddleware already checked, and every MCP request
-is authorised again (``SessionManager.get``), so an MCP session id is worth
+is authorised again (``SessionRegistry.get``), so an MCP session id is worth
 nothing to another token.
 
 - ``tools/list``: the session's tools, as ``GET /sessions/{id}/tools`` has them.
@@ -44,7 +44,7 @@ from server.middleware import principal_of
 from server.schemas import InputLimitExceeded, check_json_limits
 
 if TYPE_CHECKING:
-    from server.runtime import Runtime
+    from server.runtime import Services
 
 PATH = "/sessions/{session_id}/mcp"
 # Seconds between progress notifications while a call waits or runs.
@@ -54,7 +54,7 @@ PROGRESS_INTERVAL = 1.0
 class McpEndpoint:
     """The MCP server side; an ASGI app for ``PATH`` plus its lifespan (``run``)."""
 
-    def __init__(self, runtime: Runtime, *, progress_interval: float = PROGRESS_INTERVAL) -> None:
+    def __init__(self, runtime: Services, *, progress_interval: float = PROGRESS_INTERVAL) -> None:
         self.runtime = runtime
         self.progress_interval = progress_interval
         self.server: Server[Any] = Server(
@@ -126,9 +126,8 @@ class McpEndpoint:
         self, ctx: Any, params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         record, dispatch_session = self._session(ctx)
-        sessions = self.runtime.sessions
         try:
-            sessions.check_storage()
+            self.runtime.turns.check_storage()
         except ApiError as exc:
             raise MCPError(code=types.INTERNAL_ERROR, message=exc.message) from None
         arguments = dict(params.arguments or {})

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from dispatcher.mcp import McpManager
 
 if TYPE_CHECKING:
-    from server.runtime import Runtime
+    from server.runtime import Services
 
 log = logging.getLogger("toolrelay.mcp")
 
@@ -20,7 +20,7 @@ log = logging.getLogger("toolrelay.mcp")
 STARTUP_WAIT = 10.0
 
 
-async def start_mcp(runtime: Runtime, *, wait: float = STARTUP_WAIT) -> McpManager | None:
+async def start_mcp(runtime: Services, *, wait: float = STARTUP_WAIT) -> McpManager | None:
     servers = runtime.config.mcp_servers
     if not servers:
         return None

@@ -1,10 +1,11 @@
 """Hands the memory store to a session's memory tools.
 
-Each session's memory tools get a ``MemoryScope`` as their ``memory`` tool
-option: the server's one ``MemoryStore``, the session's workspace (its real
-path) and owner (the name of the token that created the session), and a
-publisher of ``memory.*`` events on the session's stream. Kept out of
-sessions.py so the wiring is one line there.
+The memory tools read the ``memory`` section of a session's tool options
+(their ``options_section``); its ``memory`` key is a ``MemoryScope``: the
+server's one ``MemoryStore``, the session's workspace (its real path) and
+owner (the name of the token that created the session), and a publisher of
+``memory.*`` events on the session's stream. Kept out of the dispatch-session
+factory (server/dispatch_factory.py) so the wiring is one line there.
 """
 
 from __future__ import annotations
@@ -13,13 +14,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from dispatcher.publisher import EventPublisher
-from dispatcher.tools.knowledge.memory import MEMORY_TOOL_NAMES
 from dispatcher.tools.knowledge.store import MemoryScope, MemoryStore
 
 MEMORY_FILE = "memory.sqlite3"
+# The tool-options section the memory tools read.
+MEMORY_SECTION = "memory"
 
 
-def memory_tool_options(
+def memory_section(
     store: MemoryStore | None,
     *,
     session_id: str,
@@ -27,7 +29,7 @@ def memory_tool_options(
     owner: str,
     publisher: EventPublisher,
 ) -> dict[str, Mapping[str, Any]]:
-    """``tool_options`` entries for the memory tools ({} without a store)."""
+    """The ``memory`` tool-options section of one session ({} without a store)."""
     if store is None:
         return {}
 
@@ -35,4 +37,4 @@ def memory_tool_options(
         publisher.publish(type, data, session_id=session_id, turn_id=turn_id)
 
     scope = MemoryScope(store, workspace, owner, session_id, publish)
-    return {name: {"memory": scope} for name in MEMORY_TOOL_NAMES}
+    return {MEMORY_SECTION: {"memory": scope}}

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +36,7 @@ from eventbus.record import EventRecord
 from server.observer import Load, event_time
 
 if TYPE_CHECKING:
-    from server.runtime import Runtime
+    from server.runtime import Services
 
 # No "<name>_created" series beside every counter and histogram: they double
 # the output and Prometheus does not use them from the text format.
@@ -117,7 +117,7 @@ class Metrics:
         }
     )
 
-    def __init__(self, runtime: Runtime | None = None) -> None:
+    def __init__(self, runtime: Services | None = None) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         p = PREFIX
@@ -170,39 +170,40 @@ class Metrics:
             "Times the observer resumed past pruned events (their metrics are missing).",
         )
         r.register(counters)
-        self.turn_duration = Histogram(
-            p + "turn_duration_seconds",
+
+        def histogram(name: str, help_: str, buckets: Sequence[float], *labels: str) -> Histogram:
+            # Every histogram: named under PREFIX, in this registry.
+            return Histogram(p + name, help_, labels, buckets=buckets, registry=r)
+
+        self.turn_duration = histogram(
+            "turn_duration_seconds",
             "Turn duration from turn.started to its end.",
-            ["status"],
-            buckets=TURN_BUCKETS,
-            registry=r,
+            TURN_BUCKETS,
+            "status",
         )
-        self.model_call_duration = Histogram(
-            p + "model_call_duration_seconds",
+        self.model_call_duration = histogram(
+            "model_call_duration_seconds",
             "Model call duration: from the message it answers to its reply.",
-            buckets=MODEL_BUCKETS,
-            registry=r,
+            MODEL_BUCKETS,
         )
-        self.tool_duration = Histogram(
-            p + "tool_duration_seconds",
+        self.tool_duration = histogram(
+            "tool_duration_seconds",
             "Tool call duration as the dispatcher measured it.",
-            ["tool", "outcome"],
-            buckets=TOOL_BUCKETS,
-            registry=r,
+            TOOL_BUCKETS,
+            "tool",
+            "outcome",
         )
-        self.confirmation_wait = Histogram(
-            p + "confirmation_wait_seconds",
+        self.confirmation_wait = histogram(
+            "confirmation_wait_seconds",
             "Time from a confirmation request to its answer.",
-            ["decision"],
-            buckets=WAIT_BUCKETS,
-            registry=r,
+            WAIT_BUCKETS,
+            "decision",
         )
-        self.event_lag = Histogram(
-            p + "event_delivery_lag_seconds",
+        self.event_lag = histogram(
+            "event_delivery_lag_seconds",
             f"Publish to delivery: from an event's ts to the observer receiving it (includes "
             f"the commit to the log); under load sampled, one event in {LAG_SAMPLE}.",
-            buckets=LAG_BUCKETS,
-            registry=r,
+            LAG_BUCKETS,
         )
         self._runtime_collector = _RuntimeCollector(self, runtime) if runtime is not None else None
         if self._runtime_collector is not None:
@@ -336,10 +337,15 @@ class Metrics:
         return encoder(self.registry), content_type
 
 
+def _gauge(name: str, help_: str, *, value: float) -> GaugeMetricFamily:
+    """One scrape-time gauge, named under PREFIX."""
+    return GaugeMetricFamily(PREFIX + name, help_, value=value)
+
+
 class _RuntimeCollector(Collector):
     """State read at scrape time: the bus's counters, the log's size, presence."""
 
-    def __init__(self, metrics: Metrics, runtime: Runtime) -> None:
+    def __init__(self, metrics: Metrics, runtime: Services) -> None:
         self.metrics = metrics
         self.runtime = runtime
         self.bus: EventBus | None = None  # set once the bus started
@@ -364,23 +370,21 @@ class _RuntimeCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         runtime = self.runtime
         p = PREFIX
-        yield GaugeMetricFamily(
-            p + "confirmations_pending",
+        yield _gauge(
+            "confirmations_pending",
             "Confirmation requests waiting for an answer.",
             value=len(self.metrics.pending),
         )
-        yield GaugeMetricFamily(
-            p + "clients_attached",
+        yield _gauge(
+            "clients_attached",
             "Clients attached to event streams (presence).",
             value=runtime.presence.count(),
         )
         bus = self.bus
         if bus is None:
             return
-        # The runtime made its session manager right after the bus.
-        yield GaugeMetricFamily(
-            p + "turns_running", "Turns running now.", value=runtime.sessions.running_count()
-        )
+        # The services made the turn supervisor right after the bus.
+        yield _gauge("turns_running", "Turns running now.", value=runtime.turns.running_count())
         stats = bus.stats()
         for name, help_, value in (
             ("event_bus_published", "Events published since start.", stats.published),
@@ -395,25 +399,23 @@ class _RuntimeCollector(Collector):
             ("event_bus_replay_records", "Events replayed from the log.", stats.replay_records),
         ):
             yield CounterMetricFamily(p + name, help_, value=value)
-        yield GaugeMetricFamily(
-            p + "event_bus_pending",
+        yield _gauge(
+            "event_bus_pending",
             "Events published but not yet committed: the log's lag, in events.",
             value=stats.pending,
         )
-        yield GaugeMetricFamily(
-            p + "event_bus_subscribers", "Live bus subscriptions.", value=stats.subscribers
-        )
-        yield GaugeMetricFamily(
-            p + "event_bus_degraded",
+        yield _gauge("event_bus_subscribers", "Live bus subscriptions.", value=stats.subscribers)
+        yield _gauge(
+            "event_bus_degraded",
             "1 while a storage fault stops commits (the bus retries).",
             value=0 if bus.fault is None else 1,
         )
-        yield GaugeMetricFamily(
-            p + "event_log_last_seq", "The seq of the newest event published.", value=bus.last_seq
+        yield _gauge(
+            "event_log_last_seq", "The seq of the newest event published.", value=bus.last_seq
         )
         if self._retained is not None:
-            yield GaugeMetricFamily(
-                p + "event_log_events",
+            yield _gauge(
+                "event_log_events",
                 "Events the log holds (after pruning).",
                 value=self._retained,
             )
@@ -423,8 +425,8 @@ class _RuntimeCollector(Collector):
             for suffix in ("", "-wal"):
                 with contextlib.suppress(OSError):  # no WAL right after a checkpoint
                     size += os.stat(log.path + suffix).st_size
-            yield GaugeMetricFamily(
-                p + "event_log_bytes",
+            yield _gauge(
+                "event_log_bytes",
                 "Size of the event log's files (database and WAL).",
                 value=size,
             )

@@ -31,15 +31,19 @@ from typing import TYPE_CHECKING, Any, Protocol
 from eventbus import BusClosed, CursorExpired, EventBus, EventBusError, SubscriberTooSlow
 from eventbus.record import EventRecord
 from eventbus.subscription import Subscription
+from server.subagents import SUBAGENT_SESSION_ID, is_mirrored
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export import SpanExporter
 
     from server.metrics import Metrics
-    from server.runtime import Runtime
+    from server.runtime import Services
     from server.tracing import Tracing
 
 log = logging.getLogger("toolrelay.observer")
+
+# Looked for in the text first: most events are no copies and stay unparsed.
+_MIRROR_MARK = f'"{SUBAGENT_SESSION_ID}"'
 
 # The observer's own queue: far above a WebSocket client's, since it never
 # waits on a network; a cut-off still loses nothing (it resumes from the log).
@@ -75,7 +79,7 @@ class Observer:
     and go through the same code path as an OTLP exporter would.
     """
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Services) -> None:
         from server.metrics import Metrics
 
         self.runtime = runtime
@@ -152,6 +156,10 @@ class Observer:
                     count_event(record)
                     handlers = routes.get(record.type)
                     if handlers is None:
+                        continue
+                    if _MIRROR_MARK in record.text and is_mirrored(load(record)):
+                        # A sub-agent's event copied onto its parent's stream
+                        # (server/subagents.py): measured once, on the child's.
                         continue
                     for handler in handlers:
                         try:

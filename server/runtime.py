@@ -1,4 +1,14 @@
-"""Runtime: every long-lived part of a running server, started and stopped in order.
+"""Services: the long-lived parts a running server wires together, started and
+stopped in order.
+
+What it wires: the sandbox decision and the child reaper; the state store
+(server/store.py), the memory store and the event log in the data dir; the
+event bus and its observer (metrics, traces, log lines); the tool dispatcher
+with the built-in tools and plugins (server/tool_wiring.py); the agent loop
+(the message runner); the factory of each session's DispatchSession
+(server/dispatch_factory.py); the turn supervisor (server/turn_supervisor.py)
+and the session registry (server/session_registry.py); the MCP servers'
+connections (server/mcp_wiring.py); presence of attached clients.
 
 Start: decide the sandbox (probe bubblewrap once, off the event loop) and
 start the child reaper, open the state store and the event log in the data
@@ -19,29 +29,24 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dispatcher import (
-    ENTRY_POINT_GROUP,
-    ConfirmationBroker,
-    PluginLoadError,
-    ToolDispatcher,
-    load_plugins,
-)
+from dispatcher import ConfirmationBroker, PluginLoadError, ToolDispatcher
 from dispatcher.mcp import McpManager
 from dispatcher.reaper import child_reaper
 from dispatcher.sandbox import SandboxConfig, SandboxUnavailable, configure
-from dispatcher.tools import builtin_tool_factories, knowledge_tool_factories
 from dispatcher.tools.code.index import FilesModifiedTap
 from dispatcher.tools.knowledge.store import MemoryStore
-from dispatcher.tools.shell.tool import MAX_TIMEOUT as SHELL_MAX_TIMEOUT
 from eventbus import EventBus, EventBusError, EventLog
 from server.auth import TOKEN_FILE, TokenRegistry
 from server.config import Config, ConfigError
+from server.dispatch_factory import DispatchSessionFactory
 from server.mcp_wiring import start_mcp
 from server.memory_service import MEMORY_FILE
 from server.observer import Observer
 from server.presence import Presence
-from server.sessions import SHELL_TOOLS, SessionManager
+from server.session_registry import SessionRegistry
 from server.store import Store
+from server.tool_wiring import register_tools
+from server.turn_supervisor import TurnSupervisor
 from server.turns import TurnRunner
 
 log = logging.getLogger("toolrelay.server")
@@ -52,15 +57,16 @@ EVENTS_FILE = "events.sqlite3"
 SHUTDOWN_TOOL_BUDGET = 5.0
 
 
-class Runtime:
-    """Owns the store, the event bus, the dispatcher and the session manager."""
+class Services:
+    """The server's long-lived parts (see the module docstring): built here,
+    started by :meth:`start`, stopped by :meth:`stop`."""
 
     def __init__(
         self,
         config: Config,
         tokens: TokenRegistry,
         *,
-        message_runner_factory: Callable[[Runtime], TurnRunner | None] | None = None,
+        message_runner_factory: Callable[[Services], TurnRunner | None] | None = None,
     ) -> None:
         self.config = config
         self.tokens = tokens
@@ -79,7 +85,8 @@ class Runtime:
         self._log: EventLog | None = None
         self._bus: EventBus | None = None
         self._dispatcher: ToolDispatcher | None = None
-        self._sessions: SessionManager | None = None
+        self._sessions: SessionRegistry | None = None
+        self._turns: TurnSupervisor | None = None
         self._pruner: asyncio.Task[None] | None = None
         # MCP servers' connections (server/mcp_wiring.py); None without mcp_servers.
         self.mcp: McpManager | None = None
@@ -94,26 +101,31 @@ class Runtime:
     # Typed accessors: using a part before start() is a programming error.
     @property
     def store(self) -> Store:
-        assert self._store is not None, "Runtime.start() first"
+        assert self._store is not None, "Services.start() first"
         return self._store
 
     @property
     def bus(self) -> EventBus:
-        assert self._bus is not None, "Runtime.start() first"
+        assert self._bus is not None, "Services.start() first"
         return self._bus
 
     @property
     def dispatcher(self) -> ToolDispatcher:
-        assert self._dispatcher is not None, "Runtime.start() first"
+        assert self._dispatcher is not None, "Services.start() first"
         return self._dispatcher
 
     @property
-    def sessions(self) -> SessionManager:
-        assert self._sessions is not None, "Runtime.start() first"
+    def sessions(self) -> SessionRegistry:
+        assert self._sessions is not None, "Services.start() first"
         return self._sessions
 
+    @property
+    def turns(self) -> TurnSupervisor:
+        assert self._turns is not None, "Services.start() first"
+        return self._turns
+
     async def start(self) -> None:
-        """Start every part (idempotent: the CLI starts the runtime before uvicorn,
+        """Start every part (idempotent: the CLI starts the services before uvicorn,
         so that a failed start is reported as one line; the lifespan then finds it
         started)."""
         if self._started:
@@ -142,7 +154,7 @@ class Runtime:
             cancel_grace=cfg.dispatcher.cancel_grace,
             max_event_output_bytes=cfg.events.max_event_output_bytes,
         )
-        self._register_tools(self._dispatcher)
+        self.plugin_errors = register_tools(self._dispatcher, cfg)
         message_runner = (
             self._message_runner_factory(self) if self._message_runner_factory else None
         )
@@ -150,20 +162,35 @@ class Runtime:
         self._message_runner = message_runner
         if (start_runner := getattr(message_runner, "start", None)) is not None:
             await start_runner()
-        self._sessions = SessionManager(
+        dispatch_session_factory = DispatchSessionFactory(
+            cfg,
+            sandbox_config=self.sandbox_config,
+            memory_store=self.memory_store,
+            publisher=self._bus,
+        )
+        # The supervisor reaches a session's DispatchSession through the
+        # registry (which keeps them); the registry is made just below.
+        self._turns = TurnSupervisor(
+            store=self._store,
+            dispatcher=self._dispatcher,
+            publisher=self._bus,
+            dispatch_session=lambda record: self.sessions.dispatch_session(record),
+            message_runner=message_runner,
+            wait_durable=self._bus.flush,
+            storage_fault=self.storage_fault,
+        )
+        self._sessions = SessionRegistry(
             config=cfg,
             store=self._store,
             dispatcher=self._dispatcher,
             publisher=self._bus,
-            message_runner=message_runner,
+            turns=self._turns,
+            dispatch_session_factory=dispatch_session_factory,
             sandbox_config=self.sandbox_config,
-            wait_durable=self._bus.flush,
-            storage_fault=self.storage_fault,
         )
-        self._sessions.memory_store = self.memory_store
         self.mcp = await start_mcp(self)
         log_file = self._log
-        recovered = await self._sessions.recover(
+        recovered = await self._turns.recover(
             lambda turn_ids: asyncio.to_thread(log_file.turn_ends, turn_ids)
         )
         if recovered:
@@ -211,37 +238,6 @@ class Runtime:
                 self.sandbox_reason,
             )
 
-    def _register_tools(self, dispatcher: ToolDispatcher) -> None:
-        cfg = self.config
-        factories = builtin_tool_factories(
-            shell_enabled=cfg.workspaces.shell.enabled,
-            delete_enabled=cfg.workspaces.allow_delete,
-        ) + knowledge_tool_factories(memory_enabled=True)
-        for factory in factories:
-            definition = dispatcher.register(factory, timeout=cfg.dispatcher.tool_timeout)
-            timeout = self._timeout_for(definition.name)
-            if timeout != cfg.dispatcher.tool_timeout:
-                dispatcher.unregister(definition.name)
-                dispatcher.register(factory, timeout=timeout)
-        self.plugin_errors = load_plugins(
-            dispatcher,
-            import_paths=cfg.plugins.import_paths,
-            entry_points_group=ENTRY_POINT_GROUP if cfg.plugins.entry_points else None,
-        )
-        for err in self.plugin_errors:
-            log.error("plugin not loaded: %s", err)
-
-    def _timeout_for(self, name: str) -> float:
-        cfg = self.config.dispatcher
-        if name in cfg.tool_timeouts:
-            return cfg.tool_timeouts[name]
-        if name in SHELL_TOOLS:
-            # The shell enforces the timeout a call asks for (up to its maximum) and
-            # reports it with the partial output; the dispatcher's is only a backstop
-            # and must not fire first, or a call asking for 600 s would be cut at 120.
-            return max(cfg.tool_timeout, SHELL_MAX_TIMEOUT + 10.0)
-        return cfg.tool_timeout
-
     async def _prune_forever(self, interval: float) -> None:
         bus = self.bus
         ev = self.config.events
@@ -262,14 +258,14 @@ class Runtime:
         log.error("the event bus stopped; pruning stops too")
 
     async def stop(self) -> None:
-        """Graceful shutdown; safe to call on a partly started runtime."""
+        """Graceful shutdown; safe to call on partly started services."""
         self.stopping = True
         if self._pruner is not None:
             self._pruner.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._pruner
-        if self._sessions is not None:
-            await self._sessions.shutdown(budget=SHUTDOWN_TOOL_BUDGET)
+        if self._turns is not None:
+            await self._turns.shutdown(budget=SHUTDOWN_TOOL_BUDGET)
         if self.mcp is not None:
             await self.mcp.stop()  # after the turns: their MCP calls ended first
         if (close_runner := getattr(self._message_runner, "aclose", None)) is not None:
@@ -318,6 +314,6 @@ class Runtime:
             body = {"status": "stopping"}
         elif (cause := self.storage_fault()) is not None:
             body = {"status": "degraded", "cause": cause}
-        body["turns_running"] = self._sessions.running_count() if self._sessions else 0
+        body["turns_running"] = self._turns.running_count() if self._turns else 0
         body["clients"] = self.presence.count()
         return body

@@ -133,6 +133,17 @@ class CreateSession(_Body):
         default=None, description="Overrides of the server's policy (same keys as `policy:`)"
     )
     model: str | None = Field(default=None, max_length=200)
+    agent: str | None = Field(
+        default=None,
+        max_length=64,
+        description="The agent the session runs as (`agents:`; default `build`)",
+    )
+    profile: str | None = Field(
+        default=None,
+        max_length=64,
+        description="Permission profile (`profiles:`); default: the agent's. A user token may "
+        "only pick one at least as strict as the server's policy",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -188,3 +199,30 @@ class AnswerConfirmation(_Body):
     message: str | None = Field(
         default=None, max_length=4000, description="For a deny: told to the model"
     )
+
+
+class SessionInfo(BaseModel):
+    """A session as ``POST /sessions``, ``GET /sessions`` and ``GET /sessions/{id}``
+    return it (documentation of the response; more keys may appear)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    name: str | None
+    workspace: str
+    owner: str
+    model: str | None
+    resolved_model: str
+    agent: str | None = Field(
+        description="The agent it runs as (null: a session from before agents)"
+    )
+    profile: str = Field(description="Its permission profile")
+    parent_session_id: str | None = Field(
+        description="For a sub-agent's worker session: the session that dispatched it"
+    )
+    children: list[str] = Field(description="Ids of the worker sessions it dispatched")
+    policy: dict[str, Any]
+    policy_overrides: dict[str, Any]
+    created_at: str
+    status: Literal["idle", "running"]
+    current_turn_id: str | None

@@ -15,14 +15,48 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
 from eventbus.log import storage_cause
 from server.errors import StorageUnavailable
 
-TurnStatus = Literal["running", "completed", "failed", "cancelled"]
 TurnKind = Literal["tool_uses", "message"]
+
+
+class TurnStatus(StrEnum):
+    """How a turn stands, as stored and as ``GET .../turns/{id}`` reports it.
+    The values are a client contract (specs/server-api.md)."""
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class TurnFailureReason(StrEnum):
+    """Why a turn failed: the ``reason`` of a failed turn and of its
+    ``turn.failed`` event. The values are a client contract (specs/server-api.md)."""
+
+    INTERNAL_ERROR = "internal_error"
+    STORAGE_UNAVAILABLE = "storage_unavailable"
+    SERVER_SHUTDOWN = "server_shutdown"
+    SERVER_RESTART = "server_restart"
+    INTERRUPTED = "interrupted"
+    MODEL_ERROR = "model_error"
+    STEP_LIMIT = "step_limit"
+    SESSION_MISSING = "session_missing"
+
+
+class TurnCancelReason(StrEnum):
+    """Why a turn was cancelled: the ``reason`` of a cancelled turn and of its
+    ``turn.cancelled`` event (the space in ``session deleted`` is historical
+    and kept: clients match on it)."""
+
+    CANCELLED = "cancelled"
+    SESSION_DELETED = "session deleted"
+
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -33,7 +67,10 @@ CREATE TABLE IF NOT EXISTS sessions (
     model TEXT,
     policy TEXT NOT NULL,
     created_at TEXT NOT NULL,
-    deleted_at TEXT
+    deleted_at TEXT,
+    agent TEXT,
+    profile TEXT,
+    parent_session_id TEXT
 );
 CREATE TABLE IF NOT EXISTS turns (
     id TEXT PRIMARY KEY,
@@ -90,6 +127,12 @@ class SessionRecord:
     model: str | None = None
     policy_overrides: dict[str, Any] = field(default_factory=dict)
     created_at: str = field(default_factory=now_rfc3339)
+    # The agent and permission profile it runs as (None: a session stored
+    # before sessions had them; it runs as before: no agent, profile full).
+    agent: str | None = None
+    profile: str | None = None
+    # Set on a sub-agent's worker session: the session that dispatched it.
+    parent_session_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +258,7 @@ class Store:
             columns = {row[1] for row in conn.execute("PRAGMA table_info(turns)")}
             if "message" not in columns:
                 conn.execute("ALTER TABLE turns ADD COLUMN message TEXT")
+            _add_session_columns(conn)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the state database {path}: {exc}") from exc
         return cls(conn)
@@ -230,8 +274,8 @@ class Store:
 
     def _add_session(self, record: SessionRecord) -> None:
         self._conn.execute(
-            "INSERT INTO sessions (id, name, workspace, owner, model, policy, created_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO sessions (id, name, workspace, owner, model, policy, created_at,"
+            " agent, profile, parent_session_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 record.id,
                 record.name,
@@ -240,13 +284,15 @@ class Store:
                 record.model,
                 json.dumps(record.policy_overrides),
                 record.created_at,
+                record.agent,
+                record.profile,
+                record.parent_session_id,
             ),
         )
 
     def get_session(self, session_id: str) -> SessionRecord | None:
         row = self._conn.execute(
-            "SELECT id, name, workspace, owner, model, policy, created_at FROM sessions"
-            " WHERE id = ? AND deleted_at IS NULL",
+            f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ? AND deleted_at IS NULL",
             (session_id,),
         ).fetchone()
         return _session(row) if row else None
@@ -265,16 +311,22 @@ class Store:
         return [str(r[0]) for r in rows]
 
     def list_sessions(self, *, owner: str | None = None) -> list[SessionRecord]:
-        sql = (
-            "SELECT id, name, workspace, owner, model, policy, created_at FROM sessions"
-            " WHERE deleted_at IS NULL"
-        )
+        sql = f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE deleted_at IS NULL"
         args: tuple[str, ...] = ()
         if owner is not None:
             sql += " AND owner = ?"
             args = (owner,)
         rows = self._conn.execute(sql + " ORDER BY created_at, id", args).fetchall()
         return [_session(r) for r in rows]
+
+    def children_of(self, session_id: str) -> list[str]:
+        """Ids of the live worker sessions ``session_id`` dispatched, oldest first."""
+        rows = self._conn.execute(
+            "SELECT id FROM sessions WHERE parent_session_id = ? AND deleted_at IS NULL"
+            " ORDER BY created_at, id",
+            (session_id,),
+        ).fetchall()
+        return [str(r[0]) for r in rows]
 
     def delete_session(self, session_id: str) -> bool:
         # Kept as a tombstone: the event log still holds the session's events, and
@@ -542,6 +594,24 @@ def _load_opt(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
+_SESSION_COLUMNS = (
+    "id, name, workspace, owner, model, policy, created_at, agent, profile, parent_session_id"
+)
+# Columns sessions gained after the first release: (name, SQL type).
+_LATER_SESSION_COLUMNS = (("agent", "TEXT"), ("profile", "TEXT"), ("parent_session_id", "TEXT"))
+
+
+def _add_session_columns(conn: sqlite3.Connection) -> None:
+    """Bring a sessions table from an older data dir up to date: the columns
+    it lacks are added (NULL in existing rows: such a session runs as before,
+    with no agent and the ``full`` profile), nothing else changes."""
+    have = {row[1] for row in conn.execute("PRAGMA table_info(sessions)")}
+    for name, kind in _LATER_SESSION_COLUMNS:
+        if name not in have:
+            conn.execute(f"ALTER TABLE sessions ADD COLUMN {name} {kind}")
+    conn.execute("CREATE INDEX IF NOT EXISTS sessions_by_parent ON sessions(parent_session_id)")
+
+
 def _session(row: tuple[Any, ...]) -> SessionRecord:
     return SessionRecord(
         id=row[0],
@@ -551,6 +621,9 @@ def _session(row: tuple[Any, ...]) -> SessionRecord:
         model=row[4],
         policy_overrides=json.loads(row[5]),
         created_at=row[6],
+        agent=row[7],
+        profile=row[8],
+        parent_session_id=row[9],
     )
 
 
@@ -560,7 +633,7 @@ def _turn(row: tuple[Any, ...]) -> TurnRecord:
         session_id=row[1],
         number=int(row[2]),
         kind=row[3],
-        status=row[4],
+        status=TurnStatus(row[4]),
         reason=row[5],
         request=json.loads(row[6]),
         results=_load_opt(row[7]),

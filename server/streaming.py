@@ -35,7 +35,7 @@ from server.errors import ApiError, InvalidRequest, error_body
 from server.middleware import deny_websocket, principal_of
 
 if TYPE_CHECKING:
-    from server.runtime import Runtime
+    from server.runtime import Services
 
 log = logging.getLogger("toolrelay.streaming")
 
@@ -83,7 +83,7 @@ def _reason(text: str) -> str:
     return text if len(encoded) <= 123 else encoded[:120].decode("utf-8", "ignore") + "..."
 
 
-async def serve_stream(ws: WebSocket, runtime: Runtime, session_id: str | None) -> None:
+async def serve_stream(ws: WebSocket, runtime: Services, session_id: str | None) -> None:
     """Authenticate, subscribe (replay from ``after``), then stream until one side ends."""
     principal = principal_of(ws.scope)
     try:
@@ -142,7 +142,7 @@ async def serve_stream(ws: WebSocket, runtime: Runtime, session_id: str | None) 
 
 
 async def _subscribe(
-    runtime: Runtime, principal: Principal, session_id: str | None, after: int | None
+    runtime: Services, principal: Principal, session_id: str | None, after: int | None
 ) -> Subscription:
     """The bus subscription behind one socket.
 
@@ -185,7 +185,7 @@ async def _accept_and_close(ws: WebSocket, code: int, reason: str) -> None:
 
 
 async def _pump(
-    ws: WebSocket, runtime: Runtime, subscription: Subscription, principal: Principal
+    ws: WebSocket, runtime: Services, subscription: Subscription, principal: Principal
 ) -> _Close:
     sender = asyncio.create_task(_send_events(ws, runtime, subscription, principal))
     receiver = asyncio.create_task(_watch_client(ws))
@@ -206,7 +206,7 @@ async def _pump(
 
 
 async def _send_events(
-    ws: WebSocket, runtime: Runtime, subscription: Subscription, principal: Principal
+    ws: WebSocket, runtime: Services, subscription: Subscription, principal: Principal
 ) -> _Close:
     per_session = subscription.session_id is not None
     # (A user token's all-sessions subscription is filtered already: see _subscribe.)
@@ -260,7 +260,7 @@ async def _watch_client(ws: WebSocket) -> _Close:
 
 
 def _publish_presence(
-    runtime: Runtime,
+    runtime: Services,
     type: str,
     session_id: str,
     client_id: str,

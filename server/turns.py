@@ -3,7 +3,7 @@
 A TurnRunner does the work of one kind of turn. ``ToolUsesRunner`` runs a
 client-supplied assistant message (``{"tool_uses": [...]}``) through the
 dispatcher. The agent loop (``{"message": ...}``) plugs in as another runner
-(see ``SessionManager(message_runner=...)``) with the same context: it can
+(see ``TurnSupervisor(message_runner=...)``) with the same context: it can
 append messages, dispatch tool calls and publish events, and it learns of a
 cancellation through ``TurnContext.cancel_requested``.
 """
@@ -19,7 +19,7 @@ from dispatcher import DispatchSession, ToolDispatcher
 from dispatcher.event_output import event_message
 from dispatcher.publisher import EventPublisher
 from protocol.canonical import Message, ToolResultBlock, ToolUseBlock, text_result
-from server.store import MessageRecord
+from server.store import MessageRecord, TurnFailureReason
 
 
 @dataclass(slots=True)
@@ -38,9 +38,21 @@ class TurnContext:
     # Model usage so far; a runner keeps it current so that a turn whose task is
     # cancelled (shutdown) still records what its model calls cost.
     usage: dict[str, int] | None = None
+    # Tokens the turn's sub-agents used (dispatch_subagent, server/subagents.py);
+    # the agent loop adds them to its own usage, so the turn's usage covers both.
+    subagent_usage: dict[str, int] = field(default_factory=dict)
 
     def publish(self, type: str, data: dict[str, Any]) -> None:
         self.publisher.publish(type, data, session_id=self.session_id, turn_id=self.turn_id)
+
+    def add_subagent_usage(self, usage: dict[str, int]) -> None:
+        """Roll a finished sub-agent's token usage up into this turn's."""
+        for key, value in usage.items():
+            self.subagent_usage[key] = self.subagent_usage.get(key, 0) + value
+        if self.usage is not None:
+            # Kept current for a turn whose task ends without an outcome.
+            for key, value in usage.items():
+                self.usage[key] = self.usage.get(key, 0) + value
 
     def publish_message(self, message: Message) -> None:
         """``message.completed`` for an appended message, its tool results cut to
@@ -57,7 +69,7 @@ class TurnFailure:
     turn's reason (e.g. ``model_error``, ``step_limit``), ``message`` says what
     happened, ``details`` go into the ``turn.failed`` event as extra keys."""
 
-    reason: str
+    reason: TurnFailureReason
     message: str
     details: dict[str, Any] = field(default_factory=dict)
 

@@ -1,10 +1,30 @@
-"""Every error the SDK raises: a closed set, all under :class:`ToolrelayError`.
+"""Every error the SDK raises: a closed set, all under :class:`ToolrelayError`::
 
-HTTP answers map onto one type per status the server documents (401, 404,
-409, 413, 422), each carrying the server's own error code and message so a
-caller can show it unchanged. Stream problems (a gap in the sequence, an
-expired cursor, a server that refuses the socket) have their own types, so
-nothing is ever reported as a bare ``Exception``.
+    ToolrelayError
+    ├── ApiError                   the server answered with an error
+    │   ├── Unauthorized           401
+    │   ├── Forbidden              403
+    │   ├── NotFound               404
+    │   ├── Conflict               409
+    │   │   └── AlreadyResolved    a confirmation someone else answered first
+    │   ├── PayloadTooLarge        413
+    │   ├── InvalidRequest         422 (and 400)
+    │   └── ServerError            5xx
+    ├── ConnectionFailed           the server could not be reached (after retries)
+    ├── ProtocolError              an answer or event that breaks the contract
+    ├── TurnFailedError            a turn the caller waited on failed
+    ├── WaitTimeout(TimeoutError)  a bounded wait ran out
+    └── StreamError                the event stream cannot go on
+        ├── StreamGap              a session_seq went missing
+        ├── CursorExpired          the resume point is older than the log holds
+        └── StreamClosed           the server closed the stream
+
+HTTP answers map onto one type per status the server documents, each
+carrying the server's own error code and message so a caller can show it
+unchanged; they are named for the status, as the server's are (the one
+exemption from "names end in Error" besides the dispatcher's tool
+outcomes). Stream problems have their own types, so nothing is ever
+reported as a bare ``Exception``.
 """
 
 from __future__ import annotations

@@ -7,8 +7,11 @@ picks a class by ``type``: known types get a typed ``data`` model (so
 :class:`GenericEvent` with ``data`` as a plain dict, so a newer server never
 breaks an older client.
 
-Payload models keep unknown keys (``extra="allow"``) and require only the
-fields the contract promises and the clients read.
+The ``data`` models are the server's own (``protocol.payloads``, the shared
+vocabulary): one set of payload types from the publisher to this SDK. They
+keep unknown keys (``extra="allow"``) and require what the contract promises.
+The ``...Data`` names below are the SDK's earlier names for them, kept as
+aliases.
 
 Example::
 
@@ -20,146 +23,36 @@ Example::
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from clients.sdk.errors import ProtocolError
+from protocol import payloads
+from protocol.catalog import EventType
+
+log = logging.getLogger("toolrelay.sdk")
 
 TERMINAL_TURN_EVENTS = frozenset({"turn.completed", "turn.failed", "turn.cancelled"})
 
-
-class Payload(BaseModel):
-    """Base of the typed ``data`` models: unknown keys kept, immutable."""
-
-    model_config = ConfigDict(extra="allow", frozen=True)
-
-
-class SessionCreatedData(Payload):
-    """``session.created``: the session's workspace root."""
-
-    workspace: str | None = None
-
-
-class SessionDeletedData(Payload):
-    """``session.deleted``."""
-
-    reason: str | None = None
-
-
-class ClientPresenceData(Payload):
-    """``client.attached`` / ``client.detached``: who opened or closed a stream."""
-
-    client_id: str | None = None
-    client_name: str | None = None
-    reason: str | None = None
-
-
-class TurnData(Payload):
-    """``turn.*``: ``reason`` on failure/cancel (``message`` on failure says
-    what went wrong), ``usage`` on completion."""
-
-    reason: str | None = None
-    message: str | None = None
-    usage: dict[str, Any] | None = None
-    source: str | None = None
-
-
-class MessageDeltaData(Payload):
-    """``message.delta``: a fragment of streamed assistant text."""
-
-    text: str
-    index: int | None = None
-
-
-class MessageCompletedData(Payload):
-    """``message.completed``: a whole canonical message (as JSON)."""
-
-    message: dict[str, Any]
-
-
-class ToolCalledData(Payload):
-    """``tool.called``: the dispatcher runs the tool with this input."""
-
-    tool_use_id: str
-    tool_name: str
-    side_effects: str
-    input: dict[str, Any]
-    rating: str | None = None
-
-
-class ToolInputInvalidData(Payload):
-    """``tool.input_invalid``: the input failed the tool's schema."""
-
-    tool_use_id: str
-    tool_name: str
-    errors: list[dict[str, Any]]
-
-
-class Preview(Payload):
-    """What a call would do: ``kind`` is ``diff``, ``command`` or ``text``."""
-
-    kind: str
-    text: str
-
-
-class ConfirmationRequestedData(Payload):
-    """``tool.confirmation_requested``: a call waits for a decision."""
-
-    request_id: str
-    tool_use_id: str
-    tool_name: str
-    side_effects: str
-    input_summary: str
-    projected_modifications: list[str]
-    preview: Preview
-    expires_at: str
-    rating: str | None = None
-    # What "allow for session" would grant ("allow 'npm test' for this session ...").
-    scope_text: str = ""
-
-
-class ConfirmationResolvedData(Payload):
-    """``tool.confirmation_resolved``: the winning answer and who gave it."""
-
-    request_id: str
-    decision: Literal["allow", "deny", "timeout", "cancelled"]
-    scope: str
-    resolved_by: str
-    tool_use_id: str | None = None
-    message: str | None = None
-
-
-class ToolOutputDeltaData(Payload):
-    """``tool.output_delta``: a chunk a running tool wrote on ``stream``."""
-
-    tool_use_id: str
-    stream: str
-    text: str
-
-
-class ToolCompletedData(Payload):
-    """``tool.completed``: the result blocks and how long the call took."""
-
-    tool_use_id: str
-    tool_name: str
-    duration_ms: float
-    content: list[dict[str, Any]]
-    files_modified: list[str] | None = None
-    command_executed: str | None = None
-    metadata: dict[str, Any] = {}
-
-
-class ToolFailedData(Payload):
-    """``tool.failed``: one of the eight error classes and a message."""
-
-    tool_use_id: str
-    tool_name: str
-    error_class: str
-    message: str
-    duration_ms: float | None = None
-    partial_output: str | None = None
+# The payload models under the names this SDK used before it shared them.
+Payload = payloads.Payload
+Preview = payloads.Preview
+SessionCreatedData = payloads.SessionCreated
+SessionDeletedData = payloads.SessionDeleted
+ClientPresenceData = payloads.ClientDetached
+TurnData = payloads.TurnEnded
+MessageDeltaData = payloads.MessageDelta
+MessageCompletedData = payloads.MessageCompleted
+ToolCalledData = payloads.ToolCalled
+ToolInputInvalidData = payloads.ToolInputInvalid
+ConfirmationRequestedData = payloads.ToolConfirmationRequested
+ConfirmationResolvedData = payloads.ToolConfirmationResolved
+ToolOutputDeltaData = payloads.ToolOutputDelta
+ToolCompletedData = payloads.ToolCompleted
+ToolFailedData = payloads.ToolFailed
 
 
 DataT = TypeVar("DataT")
@@ -188,102 +81,136 @@ class GenericEvent(Event[dict[str, Any]]):
     """An event whose type this SDK does not model; ``data`` is the raw dict."""
 
 
-class SessionCreated(Event[SessionCreatedData]):
+class SessionCreated(Event[payloads.SessionCreated]):
     """``session.created``."""
 
 
-class SessionDeleted(Event[SessionDeletedData]):
+class SessionDeleted(Event[payloads.SessionDeleted]):
     """``session.deleted``."""
 
 
-class ClientAttached(Event[ClientPresenceData]):
+class ClientAttached(Event[payloads.ClientAttached]):
     """``client.attached``."""
 
 
-class ClientDetached(Event[ClientPresenceData]):
+class ClientDetached(Event[payloads.ClientDetached]):
     """``client.detached``."""
 
 
-class TurnStarted(Event[TurnData]):
+class TurnStarted(Event[payloads.TurnStarted]):
     """``turn.started``."""
 
 
-class TurnCompleted(Event[TurnData]):
+class TurnCompleted(Event[payloads.TurnCompleted]):
     """``turn.completed``."""
 
 
-class TurnFailed(Event[TurnData]):
+class TurnFailed(Event[payloads.TurnFailed]):
     """``turn.failed``."""
 
 
-class TurnCancelled(Event[TurnData]):
+class TurnCancelled(Event[payloads.TurnCancelled]):
     """``turn.cancelled``."""
 
 
-class MessageDelta(Event[MessageDeltaData]):
+class MessageDelta(Event[payloads.MessageDelta]):
     """``message.delta``."""
 
 
-class MessageCompleted(Event[MessageCompletedData]):
+class MessageCompleted(Event[payloads.MessageCompleted]):
     """``message.completed``."""
 
 
-class ToolCalled(Event[ToolCalledData]):
+class ToolCalled(Event[payloads.ToolCalled]):
     """``tool.called``."""
 
 
-class ToolInputInvalid(Event[ToolInputInvalidData]):
+class ToolInputInvalid(Event[payloads.ToolInputInvalid]):
     """``tool.input_invalid``."""
 
 
-class ConfirmationRequested(Event[ConfirmationRequestedData]):
+class ConfirmationRequested(Event[payloads.ToolConfirmationRequested]):
     """``tool.confirmation_requested``."""
 
 
-class ConfirmationResolved(Event[ConfirmationResolvedData]):
+class ConfirmationResolved(Event[payloads.ToolConfirmationResolved]):
     """``tool.confirmation_resolved``."""
 
 
-class ToolOutputDelta(Event[ToolOutputDeltaData]):
+class ToolOutputDelta(Event[payloads.ToolOutputDelta]):
     """``tool.output_delta``."""
 
 
-class ToolCompleted(Event[ToolCompletedData]):
+class ToolCompleted(Event[payloads.ToolCompleted]):
     """``tool.completed``."""
 
 
-class ToolFailed(Event[ToolFailedData]):
+class ToolFailed(Event[payloads.ToolFailed]):
     """``tool.failed``."""
+
+
+class ModelRetry(Event[payloads.ModelRetry]):
+    """``model.retry``."""
+
+
+class ToolsChanged(Event[payloads.ToolsChanged]):
+    """``tools.changed``."""
+
+
+class MemoryAdded(Event[payloads.MemoryAdded]):
+    """``memory.added``."""
+
+
+class MemoryReplaced(Event[payloads.MemoryReplaced]):
+    """``memory.replaced``."""
+
+
+class MemoryDeleted(Event[payloads.MemoryDeleted]):
+    """``memory.deleted``."""
+
+
+class MemoryConsolidated(Event[payloads.MemoryConsolidated]):
+    """``memory.consolidated``."""
 
 
 AnyEvent = Event[Any]
 
 EVENT_CLASSES: Mapping[str, type[AnyEvent]] = {
-    "session.created": SessionCreated,
-    "session.deleted": SessionDeleted,
-    "client.attached": ClientAttached,
-    "client.detached": ClientDetached,
-    "turn.started": TurnStarted,
-    "turn.completed": TurnCompleted,
-    "turn.failed": TurnFailed,
-    "turn.cancelled": TurnCancelled,
-    "message.delta": MessageDelta,
-    "message.completed": MessageCompleted,
-    "tool.called": ToolCalled,
-    "tool.input_invalid": ToolInputInvalid,
-    "tool.confirmation_requested": ConfirmationRequested,
-    "tool.confirmation_resolved": ConfirmationResolved,
-    "tool.output_delta": ToolOutputDelta,
-    "tool.completed": ToolCompleted,
-    "tool.failed": ToolFailed,
+    EventType.SESSION_CREATED: SessionCreated,
+    EventType.SESSION_DELETED: SessionDeleted,
+    EventType.CLIENT_ATTACHED: ClientAttached,
+    EventType.CLIENT_DETACHED: ClientDetached,
+    EventType.TURN_STARTED: TurnStarted,
+    EventType.TURN_COMPLETED: TurnCompleted,
+    EventType.TURN_FAILED: TurnFailed,
+    EventType.TURN_CANCELLED: TurnCancelled,
+    EventType.MESSAGE_DELTA: MessageDelta,
+    EventType.MESSAGE_COMPLETED: MessageCompleted,
+    EventType.MODEL_RETRY: ModelRetry,
+    EventType.TOOL_CALLED: ToolCalled,
+    EventType.TOOL_INPUT_INVALID: ToolInputInvalid,
+    EventType.TOOL_CONFIRMATION_REQUESTED: ConfirmationRequested,
+    EventType.TOOL_CONFIRMATION_RESOLVED: ConfirmationResolved,
+    EventType.TOOL_OUTPUT_DELTA: ToolOutputDelta,
+    EventType.TOOL_COMPLETED: ToolCompleted,
+    EventType.TOOL_FAILED: ToolFailed,
+    EventType.TOOLS_CHANGED: ToolsChanged,
+    EventType.MEMORY_ADDED: MemoryAdded,
+    EventType.MEMORY_REPLACED: MemoryReplaced,
+    EventType.MEMORY_DELETED: MemoryDeleted,
+    EventType.MEMORY_CONSOLIDATED: MemoryConsolidated,
 }
+"""The event class of every catalog type (keys are ``EventType`` members, which
+hash and compare as their plain names)."""
 
 
 def parse_event(raw: str | bytes | Mapping[str, Any]) -> AnyEvent:
     """Decode one envelope (JSON text or a dict) into its typed event class.
 
     Raises :class:`ProtocolError` naming the event type and the bad fields when
-    the envelope or a known payload does not match the contract.
+    the envelope does not match the contract. A known type whose payload this
+    SDK does not recognise (a newer server changed it) comes back as a
+    :class:`GenericEvent` with a logged warning, so one event never ends a stream.
     """
     if isinstance(raw, str | bytes):
         try:
@@ -305,6 +232,14 @@ def parse_event(raw: str | bytes | Mapping[str, Any]) -> AnyEvent:
             f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"
             for err in exc.errors(include_url=False)
         )
-        raise ProtocolError(
-            f"event {event_type!r} does not match the contract: {problems}"
-        ) from None
+        if cls is GenericEvent or any(err["loc"][:1] != ("data",) for err in exc.errors()):
+            raise ProtocolError(
+                f"event {event_type!r} does not match the contract: {problems}"
+            ) from None
+    # The envelope is sound but a known payload is not what this SDK expects (a
+    # newer server changed it): hand it out untyped rather than end the stream.
+    log.warning("event %r has a payload this SDK does not know: %s", event_type, problems)
+    try:
+        return GenericEvent.model_validate(decoded)
+    except ValidationError:  # pragma: no cover - the envelope validated above
+        raise ProtocolError(f"event {event_type!r} does not match the contract") from None

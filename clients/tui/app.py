@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
@@ -59,6 +59,7 @@ class ToolrelayTUI(App[int]):
         workspace: str | None = None,
         stream_backoff: Backoff = DEFAULT_STREAM_BACKOFF,
         close_client: bool = False,
+        session_options: dict[str, Any] | None = None,
     ) -> None:
         if (session_id is None) == (workspace is None):
             raise ValueError("give exactly one of session_id or workspace")
@@ -68,7 +69,9 @@ class ToolrelayTUI(App[int]):
         self._workspace = workspace
         self._stream_backoff = stream_backoff
         self._close_client = close_client
-        self.transcript = Transcript()
+        # profile / agent / dry_run for a session this app creates (only those set).
+        self._session_options = dict(session_options or {})
+        self.transcript = Transcript(session_id=session_id)
         self.connection = ConnectionState.CONNECTING
         self.last_error = ""
         self._views: dict[str, EntryView] = {}
@@ -100,8 +103,9 @@ class ToolrelayTUI(App[int]):
         try:
             if self.session_id is None:
                 assert self._workspace is not None
-                session = await self.client.create_session(self._workspace)
+                session = await self.client.create_session(self._workspace, **self._session_options)
                 self.session_id = session.id
+                self.transcript.session_id = session.id
             else:
                 await self.client.get_session(self.session_id)
             self.sub_title = self.session_id
@@ -178,7 +182,9 @@ class ToolrelayTUI(App[int]):
             return
 
     def _open(self, waiting: PendingRequest) -> None:
-        screen = ConfirmationScreen(waiting.turn_id, waiting.data)
+        screen = ConfirmationScreen(
+            waiting.turn_id, waiting.data, session_id=waiting.session_id, label=waiting.label
+        )
         self._shown = screen
 
         def answered(result: tuple[str, str] | None) -> None:
@@ -190,15 +196,24 @@ class ToolrelayTUI(App[int]):
                 return
             decision, scope = result
             self._answering.add(screen.request_id)
-            self.run_worker(self._answer(screen.turn_id, screen.request_id, decision, scope))
+            self.run_worker(
+                self._answer(screen.turn_id, screen.request_id, decision, scope, screen.session_id)
+            )
 
         self.push_screen(screen, answered)
 
-    async def _answer(self, turn_id: str, request_id: str, decision: str, scope: str) -> None:
+    async def _answer(
+        self,
+        turn_id: str,
+        request_id: str,
+        decision: str,
+        scope: str,
+        session_id: str | None = None,
+    ) -> None:
         assert self.session_id is not None
         try:
             resolution = await self.client.answer_confirmation(
-                self.session_id,
+                session_id or self.session_id,
                 turn_id,
                 request_id,
                 "allow" if decision == "allow" else "deny",

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import os
 import sys
+from typing import Any
 
 from clients.local import (  # re-exported: the TUI's command line uses them
     UsageError,
@@ -21,6 +22,17 @@ from clients.sdk import (
     ToolrelayError,
     Unauthorized,
 )
+
+__all__ = [
+    "DEFAULT_URL",
+    "UsageError",
+    "data_dir_from",
+    "open_session",
+    "resolve_token",
+    "run",
+    "session_options",
+    "startup_error",
+]
 
 DEFAULT_URL = "http://127.0.0.1:8765"
 
@@ -46,6 +58,20 @@ def _parser() -> argparse.ArgumentParser:
         "$XDG_STATE_HOME/toolrelay, i.e. ~/.local/state/toolrelay)",
     )
     parser.add_argument("--name", default="tui", help="client name shown to others (default: tui)")
+    created = parser.add_argument_group(
+        "a new session (with --workspace; empty means the server's default)"
+    )
+    created.add_argument(
+        "--profile", help="permission profile: read-only, dev, ci, full or one from the config"
+    )
+    created.add_argument(
+        "--agent", help="agent: build, plan, explore, test, review or one from the config"
+    )
+    created.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="plan only: write and execute calls are recorded, not run",
+    )
     target = parser.add_mutually_exclusive_group(required=True)
     target.add_argument("--session", metavar="ID", help="attach to an existing session")
     target.add_argument(
@@ -57,18 +83,37 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def session_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``profile``, ``agent`` and ``dry_run`` for ``POST /sessions``, only those
+    given: an older server that does not know a field never sees it."""
+    options: dict[str, Any] = {}
+    if args.profile:
+        options["profile"] = args.profile
+    if args.agent:
+        options["agent"] = args.agent
+    if args.dry_run:
+        options["dry_run"] = True
+    return options
+
+
 async def open_session(
-    url: str, token: str, name: str, *, session_id: str | None, workspace: str | None
+    url: str,
+    token: str,
+    name: str,
+    *,
+    session_id: str | None,
+    workspace: str | None,
+    options: dict[str, Any] | None = None,
 ) -> str:
     """Check what the TUI needs before it opens a screen: the server answers,
     the token is accepted, the session exists (or is created for the
-    workspace, a path on the server). Returns the session id."""
+    workspace, a path on the server, with ``options``). Returns the session id."""
     quick = Backoff(attempts=2, initial=0.2, factor=2.0, max_delay=0.5)
     async with ToolrelayClient(url, token, client_name=name, timeout=10.0, backoff=quick) as probe:
         if session_id is not None:
             return (await probe.get_session(session_id)).id
         assert workspace is not None
-        return (await probe.create_session(workspace)).id
+        return (await probe.create_session(workspace, **(options or {}))).id
 
 
 def startup_error(exc: ToolrelayError, url: str, session_id: str | None) -> tuple[str, int]:
@@ -90,7 +135,8 @@ def startup_error(exc: ToolrelayError, url: str, session_id: str | None) -> tupl
 
 
 def run(argv: list[str]) -> int:
-    """Entry of ``toolrelay tui [--url] [--token] [--session ID | --workspace DIR]``.
+    """Entry of ``toolrelay tui [--url] [--token] [--session ID | --workspace DIR
+    [--profile P] [--agent A] [--dry-run]]``.
 
     Start-up problems (no token, server down, token refused, unknown session,
     a workspace the server refuses) print one line on stderr and exit non-zero
@@ -101,6 +147,12 @@ def run(argv: list[str]) -> int:
 
     args = _parser().parse_args(argv)
     url = args.url or DEFAULT_URL
+    options = session_options(args)
+    if options and args.session:
+        # An existing session keeps what it was created with; say so rather than ignore.
+        flags = ", ".join("--" + key.replace("_", "-") for key in options)
+        print(f"toolrelay tui: {flags} apply to a new session (--workspace)", file=sys.stderr)
+        return 2
     try:
         token = resolve_token(args.token, args.data_dir)
         # Constructed now to check the URL's form; used once the session is known.
@@ -110,7 +162,14 @@ def run(argv: list[str]) -> int:
         return 2
     try:
         session_id = asyncio.run(
-            open_session(url, token, args.name, session_id=args.session, workspace=args.workspace)
+            open_session(
+                url,
+                token,
+                args.name,
+                session_id=args.session,
+                workspace=args.workspace,
+                options=options,
+            )
         )
     except ToolrelayError as exc:
         asyncio.run(client.aclose())

@@ -15,13 +15,23 @@ from textual.widgets import Static
 
 from clients.sdk.events import ConfirmationRequestedData
 from clients.sdk.stream import ConnectionState
-from clients.tui.transcript import Entry, MessageEntry, NoteEntry, ToolCallEntry, time_left
+from clients.tui.transcript import (
+    Entry,
+    MessageEntry,
+    NoteEntry,
+    SubagentRun,
+    ToolCallEntry,
+    time_left,
+)
 
 # Lines of streamed tool output shown under a running call; the transcript keeps more.
 OUTPUT_TAIL_LINES = 12
 # Lines of a result (or of a finished call's output) shown once expanded.
 EXPANDED_MAX_LINES = 500
 EXPAND_HINT = "enter/click: expand"
+# A running sub-agent shows its latest entries; expanded, all of them.
+SUBAGENT_LIVE_ENTRIES = 8
+SUBAGENT_GUTTER = "   ┆ "
 _UNFINISHED = frozenset({"requested", "awaiting_confirmation", "running"})
 
 _STATUS_STYLE = {
@@ -32,7 +42,11 @@ _STATUS_STYLE = {
     "failed": ("✘", "red"),
     "invalid": ("✘", "red"),
     "cancelled": ("■", "yellow"),
+    "planned": ("◇", "cyan"),
+    "blocked": ("⊘", "bold red"),
 }
+# Statuses whose name alone would mislead a reader.
+_STATUS_LABEL = {"planned": "planned (dry-run, not run)"}
 _NOTE_STYLE = {"info": "dim", "ok": "green", "warn": "yellow", "error": "bold red"}
 _SIDE_EFFECT_STYLE = {
     "none": "dim",
@@ -56,7 +70,11 @@ def render_entry(entry: Entry, *, expanded: bool = False) -> Text:
             text.append(" ▌", style="blink")
         return text
     if isinstance(entry, NoteEntry):
-        return Text(f"· {entry.text}", style=_NOTE_STYLE.get(entry.level, "dim"))
+        style = _NOTE_STYLE.get(entry.level, "dim")
+        text = Text(f"· {entry.text}", style=style)
+        for line in entry.detail:
+            text.append(f"\n   {line}", style="dim" if entry.level == "info" else style)
+        return text
     return _render_call(entry, expanded)
 
 
@@ -69,11 +87,16 @@ def _render_call(call: ToolCallEntry, expanded: bool = False) -> Text:
         text.append(f" [{call.side_effects}]", style=_SIDE_EFFECT_STYLE.get(call.side_effects, ""))
     if call.summary:
         text.append(f" {call.summary}")
-    text.append(f"  {call.status.replace('_', ' ')}", style=style)
+    label = _STATUS_LABEL.get(call.status, call.status.replace("_", " "))
+    text.append(f"  {label}", style=style)
     if call.duration_ms is not None:
         text.append(f" · {call.duration_ms:.1f} ms", style="dim")
     if call.resolution:
         text.append(f"\n   confirmation: {call.resolution}", style="dim")
+    for note, level in call.notes:
+        text.append(f"\n   {note}", style=_NOTE_STYLE.get(level, "dim"))
+    if call.subagent is not None:
+        _render_subagent(text, call.subagent, live=call.status in _UNFINISHED, expanded=expanded)
     output = call.output.rstrip("\n").splitlines()
     result = call.result.strip().splitlines() if call.status == "completed" else []
     if call.status in _UNFINISHED:
@@ -94,6 +117,29 @@ def _render_call(call: ToolCallEntry, expanded: bool = False) -> Text:
     if call.error:
         text.append(f"\n   → {call.error}", style="red")
     return text
+
+
+def _render_subagent(text: Text, run: SubagentRun, *, live: bool, expanded: bool) -> None:
+    """The sub-agent's own transcript, indented under the call that started it:
+    its latest steps while it works, all of them expanded, a count otherwise."""
+    entries = run.transcript.entries
+    text.append(f"\n   ⤷ {run.label} · {run.session_id}", style="bold magenta")
+    text.append(f" · {run.transcript.turn_status}", style="dim")
+    if expanded:
+        shown = entries
+    elif live:
+        shown = entries[-SUBAGENT_LIVE_ENTRIES:]
+    else:
+        shown = []
+    hidden = len(entries) - len(shown)
+    if hidden and shown:
+        text.append(f"\n{SUBAGENT_GUTTER}({hidden} earlier steps)", style="dim")
+    for entry in shown:
+        for line in render_entry(entry, expanded=expanded).split("\n", allow_blank=True):
+            text.append("\n" + SUBAGENT_GUTTER, style="dim")
+            text.append_text(line)
+    if hidden and not shown:
+        text.append(f"\n{SUBAGENT_GUTTER}({hidden} steps · {EXPAND_HINT})", style="dim")
 
 
 def _lines(text: Text, lines: list[str], style: str) -> None:
@@ -217,15 +263,27 @@ class ConfirmationScreen(ModalScreen[tuple[str, str] | None]):
     ConfirmationScreen #confirm-keys { margin-top: 1; }
     """
 
-    def __init__(self, turn_id: str, data: ConfirmationRequestedData) -> None:
+    def __init__(
+        self,
+        turn_id: str,
+        data: ConfirmationRequestedData,
+        *,
+        session_id: str | None = None,
+        label: str = "",
+    ) -> None:
         super().__init__(id="confirmation")
         self.turn_id = turn_id
         self.data = data
         self.request_id = data.request_id
+        # Set when a sub-agent asks: the answer goes to its own session.
+        self.session_id = session_id
+        self.label = label
 
     def compose(self) -> ComposeResult:
         data = self.data
         head = Text()
+        if self.label:
+            head.append(f"{self.label} asks: ", style="bold magenta")
         head.append("Allow ", style="bold")
         head.append(data.tool_name, style="bold yellow")
         head.append(f" [{data.side_effects}]?\n", style="bold")

@@ -38,6 +38,7 @@ from dispatcher.mcp.config import McpServerConfig
 from dispatcher.mcp.schema import SchemaNotExpressible, translate_schema
 from dispatcher.mcp.tool import McpTool, OutputValidator
 from dispatcher.sandbox import Sandbox, SandboxConfig, reexposed_folders
+from protocol.backoff import Backoff
 from protocol.canonical import ToolDefinition
 
 if TYPE_CHECKING:
@@ -153,7 +154,7 @@ class McpConnection:
                 break
             if time.monotonic() - started >= self.manager.stable_after:
                 failures = 0  # it ran well for a while: start the backoff over
-            delay = min(self.manager.backoff_base * (2**failures), self.manager.backoff_max)
+            delay = self.manager.backoff.delay(failures)
             failures += 1
             self.status.state = "failed"
             self.status.next_retry_s = delay
@@ -288,8 +289,9 @@ class McpManager:
         self.dispatcher = dispatcher
         self.sandbox_config = sandbox_config
         self.on_tools_changed = on_tools_changed
-        self.backoff_base = backoff_base
-        self.backoff_max = backoff_max
+        # Restarts never run out (attempts only bounds Backoff.delays, unused
+        # here); no jitter, so next_retry_s reports the wait exactly.
+        self.backoff = Backoff(initial=backoff_base, max_delay=backoff_max, jitter=0.0)
         self.stable_after = stable_after
         self.connections = {name: McpConnection(name, cfg, self) for name, cfg in servers.items()}
 

@@ -24,7 +24,7 @@ import mcp_types as types
 from mcp import MCPError
 
 from dispatcher.errors import ToolCancelled, ToolExecutionError
-from dispatcher.tool import ToolContext, ToolOutput
+from dispatcher.tool import BaseTool, ToolContext, ToolOutput
 from protocol.canonical import ImageBlock, TextBlock, ToolDefinition
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ class OutputValidator:
         ][:10]
 
 
-class McpTool:
+class McpTool(BaseTool):
     """A dispatcher tool that forwards its call to one MCP server's tool."""
 
     def __init__(

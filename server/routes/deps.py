@@ -1,4 +1,4 @@
-"""Dependencies shared by the routes: the runtime and the authenticated caller."""
+"""Dependencies shared by the routes: the server's services and the authenticated caller."""
 
 from __future__ import annotations
 
@@ -8,21 +8,21 @@ from fastapi import Depends, Request, WebSocket
 
 from server.auth import Principal
 from server.middleware import principal_of
-from server.runtime import Runtime
+from server.runtime import Services
 
 
 # Async on purpose: FastAPI runs a plain ``def`` dependency in its thread pool,
 # which costs every request two thread hand-offs (about a millisecond on a
 # busy 2-core machine) for what is an attribute lookup.
-async def get_runtime(request: Request) -> Runtime:
+async def get_runtime(request: Request) -> Services:
     runtime = request.app.state.runtime
-    assert isinstance(runtime, Runtime)
+    assert isinstance(runtime, Services)
     return runtime
 
 
-def get_runtime_ws(websocket: WebSocket) -> Runtime:
+def get_runtime_ws(websocket: WebSocket) -> Services:
     runtime = websocket.app.state.runtime
-    assert isinstance(runtime, Runtime)
+    assert isinstance(runtime, Services)
     return runtime
 
 
@@ -30,5 +30,5 @@ async def get_principal(request: Request) -> Principal:
     return principal_of(request.scope)
 
 
-RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
+ServicesDep = Annotated[Services, Depends(get_runtime)]
 PrincipalDep = Annotated[Principal, Depends(get_principal)]

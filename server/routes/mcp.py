@@ -6,13 +6,13 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from server.routes.deps import PrincipalDep, RuntimeDep
+from server.routes.deps import PrincipalDep, ServicesDep
 
 router = APIRouter(tags=["mcp"])
 
 
 @router.get("/mcp-servers")
-async def mcp_servers(runtime: RuntimeDep, principal: PrincipalDep) -> list[dict[str, Any]]:
+async def mcp_servers(runtime: ServicesDep, principal: PrincipalDep) -> list[dict[str, Any]]:
     """``[{name, transport, state, error?, tools, skipped, restarts}]``; ``state`` is
     ``connecting``, ``ready``, ``failed`` (with ``error`` and ``next_retry_s``) or
     ``stopped``; ``skipped`` names each tool whose schema could not be expressed,

@@ -18,13 +18,13 @@ from fastapi import APIRouter, Query, Response
 
 from dispatcher.tools.knowledge.store import Memory, MemoryNotFound, MemoryStore
 from server.errors import NotFound, StorageUnavailable
-from server.routes.deps import PrincipalDep, RuntimeDep
-from server.runtime import Runtime
+from server.routes.deps import PrincipalDep, ServicesDep
+from server.runtime import Services
 
 router = APIRouter(tags=["memory"])
 
 
-def _store(runtime: Runtime) -> MemoryStore:
+def _store(runtime: Services) -> MemoryStore:
     store = runtime.memory_store
     if store is None:
         raise StorageUnavailable("the memory store is not open")
@@ -33,7 +33,7 @@ def _store(runtime: Runtime) -> MemoryStore:
 
 @router.get("/memory")
 async def list_memories(
-    runtime: RuntimeDep,
+    runtime: ServicesDep,
     principal: PrincipalDep,
     workspace: str | None = Query(None, description="A workspace path (its real path is used)."),
     owner: str | None = Query(None, description="Admin only: one user's memories."),
@@ -52,7 +52,7 @@ async def list_memories(
 
 
 @router.delete("/memory/{memory_id}", status_code=204)
-async def delete_memory(memory_id: str, runtime: RuntimeDep, principal: PrincipalDep) -> Response:
+async def delete_memory(memory_id: str, runtime: ServicesDep, principal: PrincipalDep) -> Response:
     """Forget one memory (a user token: only its own)."""
     store = _store(runtime)
     owner = None if principal.is_admin else principal.token_name

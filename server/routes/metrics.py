@@ -7,7 +7,7 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from server.errors import Forbidden
-from server.routes.deps import PrincipalDep, RuntimeDep
+from server.routes.deps import PrincipalDep, ServicesDep
 
 router = APIRouter(tags=["system"])
 
@@ -20,7 +20,7 @@ router = APIRouter(tags=["system"])
         403: {"description": "Not an admin token"},
     },
 )
-async def metrics(request: Request, runtime: RuntimeDep, principal: PrincipalDep) -> Response:
+async def metrics(request: Request, runtime: ServicesDep, principal: PrincipalDep) -> Response:
     """Every metric of this server (see the README's "Operators" section).
 
     Admin only: the figures span every user's sessions. Prometheus sends the

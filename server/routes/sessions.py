@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter, Response
 
-from server.routes.deps import PrincipalDep, RuntimeDep
+from server.routes.deps import PrincipalDep, ServicesDep
 from server.schemas import CreateSession
 
 router = APIRouter(tags=["sessions"])
@@ -14,7 +14,7 @@ router = APIRouter(tags=["sessions"])
 
 @router.post("/sessions", status_code=201)
 async def create_session(
-    body: CreateSession, runtime: RuntimeDep, principal: PrincipalDep
+    body: CreateSession, runtime: ServicesDep, principal: PrincipalDep
 ) -> dict[str, Any]:
     """Create a session on an existing workspace directory."""
     sessions = runtime.sessions
@@ -29,7 +29,7 @@ async def create_session(
 
 
 @router.get("/sessions")
-async def list_sessions(runtime: RuntimeDep, principal: PrincipalDep) -> dict[str, Any]:
+async def list_sessions(runtime: ServicesDep, principal: PrincipalDep) -> dict[str, Any]:
     """The sessions this token may see (admin: all; user: its own)."""
     sessions = runtime.sessions
     return {"sessions": [sessions.to_json(r) for r in sessions.list_visible(principal)]}
@@ -37,14 +37,16 @@ async def list_sessions(runtime: RuntimeDep, principal: PrincipalDep) -> dict[st
 
 @router.get("/sessions/{session_id}")
 async def get_session(
-    session_id: str, runtime: RuntimeDep, principal: PrincipalDep
+    session_id: str, runtime: ServicesDep, principal: PrincipalDep
 ) -> dict[str, Any]:
     sessions = runtime.sessions
     return sessions.to_json(sessions.get(principal, session_id))
 
 
 @router.delete("/sessions/{session_id}", status_code=204)
-async def delete_session(session_id: str, runtime: RuntimeDep, principal: PrincipalDep) -> Response:
+async def delete_session(
+    session_id: str, runtime: ServicesDep, principal: PrincipalDep
+) -> Response:
     """Delete a session; a running turn is cancelled first."""
     await runtime.sessions.delete(principal, session_id)
     return Response(status_code=204)
@@ -52,7 +54,7 @@ async def delete_session(session_id: str, runtime: RuntimeDep, principal: Princi
 
 @router.get("/sessions/{session_id}/tools")
 async def session_tools(
-    session_id: str, runtime: RuntimeDep, principal: PrincipalDep
+    session_id: str, runtime: ServicesDep, principal: PrincipalDep
 ) -> dict[str, Any]:
     """Definitions of the tools the session can call."""
     sessions = runtime.sessions
@@ -62,7 +64,7 @@ async def session_tools(
 
 @router.get("/sessions/{session_id}/messages")
 async def session_messages(
-    session_id: str, runtime: RuntimeDep, principal: PrincipalDep
+    session_id: str, runtime: ServicesDep, principal: PrincipalDep
 ) -> dict[str, Any]:
     """The conversation, in order."""
     sessions = runtime.sessions
@@ -72,7 +74,7 @@ async def session_messages(
 
 @router.get("/sessions/{session_id}/clients")
 async def session_clients(
-    session_id: str, runtime: RuntimeDep, principal: PrincipalDep
+    session_id: str, runtime: ServicesDep, principal: PrincipalDep
 ) -> dict[str, Any]:
     """Who is attached to the session's event stream right now."""
     runtime.sessions.get(principal, session_id)

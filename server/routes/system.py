@@ -10,7 +10,7 @@ from fastapi.responses import FileResponse, RedirectResponse
 import clients
 from server.errors import NotFound
 from server.responses import AsciiJSONResponse
-from server.routes.deps import RuntimeDep
+from server.routes.deps import ServicesDep
 
 router = APIRouter(tags=["system"])
 
@@ -27,7 +27,7 @@ DASHBOARD_DIR = Path(clients.__file__).resolve().parent / "dashboard" / "static"
         }
     },
 )
-async def healthz(runtime: RuntimeDep) -> AsciiJSONResponse:
+async def healthz(runtime: ServicesDep) -> AsciiJSONResponse:
     """200 ``ok`` while the server accepts work; 503 ``degraded`` with the cause
     while its storage fails (it resumes by itself), ``failed`` once it cannot
     continue (it is exiting), ``stopping`` during shutdown."""

@@ -9,7 +9,7 @@ from fastapi import APIRouter
 from dispatcher import UnknownConfirmation
 from server.errors import Conflict, NotFound
 from server.responses import AsciiJSONResponse
-from server.routes.deps import PrincipalDep, RuntimeDep
+from server.routes.deps import PrincipalDep, ServicesDep
 from server.schemas import AnswerConfirmation, CreateTurn
 
 router = APIRouter(tags=["turns"])
@@ -17,32 +17,31 @@ router = APIRouter(tags=["turns"])
 
 @router.post("/sessions/{session_id}/turns", status_code=202)
 async def create_turn(
-    session_id: str, body: CreateTurn, runtime: RuntimeDep, principal: PrincipalDep
+    session_id: str, body: CreateTurn, runtime: ServicesDep, principal: PrincipalDep
 ) -> dict[str, Any]:
     """Start a turn; it runs in the background. 409 while another turn runs."""
-    sessions = runtime.sessions
-    record = sessions.get(principal, session_id)
-    turn = sessions.start_turn(principal, record, body.stored())
+    record = runtime.sessions.get(principal, session_id)
+    turn = runtime.turns.start(principal, record, body.stored())
     return {"turn_id": turn.id, "session_id": record.id, "status": turn.status}
 
 
 @router.get("/sessions/{session_id}/turns")
 async def list_turns(
-    session_id: str, runtime: RuntimeDep, principal: PrincipalDep
+    session_id: str, runtime: ServicesDep, principal: PrincipalDep
 ) -> dict[str, Any]:
-    sessions = runtime.sessions
-    record = sessions.get(principal, session_id)
-    return {"turns": [sessions.turn_json(t) for t in runtime.store.list_turns(record.id)]}
+    record = runtime.sessions.get(principal, session_id)
+    turns = runtime.turns
+    return {"turns": [turns.to_json(t) for t in runtime.store.list_turns(record.id)]}
 
 
 @router.get("/sessions/{session_id}/turns/{turn_id}")
 async def get_turn(
-    session_id: str, turn_id: str, runtime: RuntimeDep, principal: PrincipalDep
+    session_id: str, turn_id: str, runtime: ServicesDep, principal: PrincipalDep
 ) -> dict[str, Any]:
     """Status and, once it ended, the tool results."""
-    sessions = runtime.sessions
-    record = sessions.get(principal, session_id)
-    return sessions.turn_json(sessions.get_turn(record, turn_id))
+    record = runtime.sessions.get(principal, session_id)
+    turns = runtime.turns
+    return turns.to_json(turns.get(record, turn_id))
 
 
 @router.post(
@@ -50,19 +49,19 @@ async def get_turn(
     responses={202: {"description": "Cancellation under way; the turn has not ended yet"}},
 )
 async def cancel_turn(
-    session_id: str, turn_id: str, runtime: RuntimeDep, principal: PrincipalDep
+    session_id: str, turn_id: str, runtime: ServicesDep, principal: PrincipalDep
 ) -> AsciiJSONResponse:
     """Cancel the turn's tools and pending confirmations. 200 once the turn has
     ended (status ``cancelled``), 202 if it is still winding down."""
-    sessions = runtime.sessions
-    record = sessions.get(principal, session_id)
-    turn, ended = await sessions.cancel_turn(principal, record, turn_id)
-    return AsciiJSONResponse(sessions.turn_json(turn), status_code=200 if ended else 202)
+    record = runtime.sessions.get(principal, session_id)
+    turns = runtime.turns
+    turn, ended = await turns.cancel(principal, record, turn_id)
+    return AsciiJSONResponse(turns.to_json(turn), status_code=200 if ended else 202)
 
 
 @router.get("/sessions/{session_id}/confirmations")
 async def pending_confirmations(
-    session_id: str, runtime: RuntimeDep, principal: PrincipalDep
+    session_id: str, runtime: ServicesDep, principal: PrincipalDep
 ) -> dict[str, Any]:
     """Confirmation requests still waiting for an answer, oldest first."""
     record = runtime.sessions.get(principal, session_id)
@@ -83,7 +82,7 @@ async def answer_confirmation(
     turn_id: str,
     request_id: str,
     body: AnswerConfirmation,
-    runtime: RuntimeDep,
+    runtime: ServicesDep,
     principal: PrincipalDep,
 ) -> dict[str, Any]:
     """Answer a confirmation request. The first answer wins (200); every later

@@ -10,6 +10,7 @@ from fastapi.responses import Response
 
 from adapters.anthropic_adapter import AnthropicAdapter
 from adapters.base import MessageCompleted, ModelAdapter, ModelRequest, StreamEvent
+from adapters.errors import ProviderResponseError
 from adapters.openai_adapter import OpenAIAdapter
 from adapters.retry import RetryPolicy
 from protocol.canonical import (
@@ -108,3 +109,23 @@ class CountingProvider(FakeProviderServer):
             with self._peer_lock:
                 self.peers.append((request.client.host, request.client.port))
         return await super()._handle(request, protocol)
+
+
+async def complete(adapter: ModelAdapter, request: ModelRequest) -> MessageCompleted:
+    """Run one call to the end and return its final event (deltas are dropped).
+
+    Only tests need a call without its stream; the agent loop always streams.
+    """
+    stream = adapter.stream(request)
+    found: MessageCompleted | None = None
+    try:
+        async for event in stream:
+            if isinstance(event, MessageCompleted):
+                found = event
+    finally:
+        await stream.aclose()
+    if found is None:
+        raise ProviderResponseError(
+            "the stream ended without a completed message", provider=adapter.name
+        )
+    return found

@@ -20,7 +20,6 @@ from adapters.base import (
     TextDelta,
     ToolUseReady,
     ToolUseStarted,
-    complete,
 )
 from adapters.errors import (
     ProviderAuthError,
@@ -39,6 +38,7 @@ from tests.adapters.helpers import (
     LIST_DIR,
     READ_FILE,
     collect,
+    complete,
     final,
     make_adapter,
     request,

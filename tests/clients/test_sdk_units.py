@@ -23,6 +23,10 @@ from clients.sdk import (
     parse_event,
 )
 from clients.sdk.client import _error_fields, _find_resolution
+from clients.sdk.events import EVENT_CLASSES
+from protocol.catalog import EventType
+from protocol.payloads import PAYLOAD_MODELS
+from tests.eventbus.samples import SAMPLES
 
 
 def envelope(type_: str, data: Mapping[str, object], **over: object) -> dict[str, object]:
@@ -69,16 +73,39 @@ def test_extra_payload_keys_are_kept() -> None:
     assert event.data.model_extra == {"future_field": 1}
 
 
+@pytest.mark.parametrize("event_type", list(EventType), ids=str)
+def test_every_catalog_type_parses_with_the_shared_payload_model(event_type: EventType) -> None:
+    # The SDK declares no payloads of its own: data is the server's model.
+    data = {**SAMPLES[event_type], "added_later": {"x": 1}}
+    event = parse_event(json.dumps(envelope(str(event_type), data)))
+    assert type(event) is EVENT_CLASSES[event_type] and not isinstance(event, GenericEvent)
+    assert type(event.data) is PAYLOAD_MODELS[event_type]
+    assert event.data.model_dump(mode="json", exclude_unset=True) == data
+
+
 def test_unknown_type_is_generic_with_raw_data() -> None:
     event = parse_event(envelope("plugin.something", {"x": 1}))
     assert isinstance(event, GenericEvent)
     assert event.data == {"x": 1}
 
 
-def test_known_type_missing_field_names_it() -> None:
+def test_known_type_with_an_unexpected_payload_stays_readable(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A newer server may change a payload; the stream must not end over it."""
     data = {k: v for k, v in REQUESTED.items() if k != "request_id"}
-    with pytest.raises(ProtocolError, match=r"tool.confirmation_requested.*data.request_id"):
-        parse_event(envelope("tool.confirmation_requested", data))
+    with caplog.at_level("WARNING", logger="toolrelay.sdk"):
+        event = parse_event(envelope("tool.confirmation_requested", data))
+    assert isinstance(event, GenericEvent)
+    assert event.type == "tool.confirmation_requested" and event.data == data
+    assert "data.request_id" in caplog.text
+
+
+def test_a_bad_envelope_of_a_known_type_is_a_protocol_error() -> None:
+    raw = envelope("tool.confirmation_requested", REQUESTED)
+    raw.pop("session_seq")
+    with pytest.raises(ProtocolError, match=r"tool.confirmation_requested.*session_seq"):
+        parse_event(raw)
 
 
 def test_bad_json_and_non_objects_are_protocol_errors() -> None:

@@ -3,9 +3,9 @@
 apply_patch's preview falls back to GNU patch when the built-in applier
 cannot apply a hunk exactly; that run happens before anyone has approved the
 call, so it must not run on the host when the session has a sandbox. The
-dispatcher hands ``ToolHooks.preview`` the session's sandbox, and previews
+dispatcher hands ``preview`` the session's sandbox, and plugin previews
 written before that keyword existed (``preview(input, workspace)``) keep
-working.
+working through the registry's ProtocolToolAdapter.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from dispatcher import (
     ToolDispatcher,
     WorkspaceFileAPI,
 )
+from dispatcher.registry import ProtocolToolAdapter
 from dispatcher.sandbox import Sandbox, SandboxConfig
-from dispatcher.tool import ToolHooks
 from dispatcher.tools import ApplyPatchTool
 from protocol.canonical import ToolUseBlock
 from tests.dispatcher.support import RecordingPublisher, WriteTool
@@ -104,11 +104,11 @@ async def test_preview_hooks_get_the_sandbox_only_when_they_take_it(
     box = Sandbox(SandboxConfig(str(tmp_path / "bwrap")), workspace.workspace_root)
     args = {"path": "a.txt", "content": "hi"}
     # A plugin written before the keyword: called with (input, workspace) only.
-    legacy = await ToolHooks.preview(WriteTool(), args, workspace, sandbox=box)
+    legacy = await ProtocolToolAdapter(WriteTool()).preview(args, workspace, sandbox=box)
     assert legacy is not None and legacy.text == "+hi"
-    keyword = await ToolHooks.preview(KeywordPreview(), args, workspace, sandbox=box)
+    keyword = await ProtocolToolAdapter(KeywordPreview()).preview(args, workspace, sandbox=box)
     assert keyword is not None and keyword.text == "sandbox=True"
-    off = await ToolHooks.preview(KeywordPreview(), args, workspace)
+    off = await ProtocolToolAdapter(KeywordPreview()).preview(args, workspace)
     assert off is not None and off.text == "sandbox=False"
-    kwargs = await ToolHooks.preview(KwargsPreview(), args, workspace, sandbox=box)
+    kwargs = await ProtocolToolAdapter(KwargsPreview()).preview(args, workspace, sandbox=box)
     assert kwargs is not None and kwargs.text == "keys=['sandbox']"

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from eventbus import CursorExpired, EventLog, EventLogError, EventRecord
 from eventbus.encoding import EnvelopeEncoder, UtcClock
+from eventbus.log_access import pack_append
 
 _encoder = EnvelopeEncoder()
 _clock = UtcClock()
@@ -226,15 +227,21 @@ def test_closed_log_refuses_work(log_path: Path) -> None:
         log.append_many(make_records(interleaved(1)))
 
 
-def test_append_encoded_reads_columns_from_the_text(log: EventLog) -> None:
+def test_a_packed_append_carries_its_columns_beside_the_text(log: EventLog) -> None:
+    # What the log process receives: the index columns travel in the frame,
+    # nothing is parsed out of the envelope text.
     records = make_records(interleaved(4))
-    log.append_encoded([r.text for r in records])
+    meta, _, texts = pack_append(records).decode().partition("\n")
+    log.append_packed(meta, texts)
     replayed = log.replay(limit=10)
     assert [(r.seq, r.session_seq, r.session_id, r.type, r.turn_id, r.ts) for r in replayed] == [
         (r.seq, r.session_seq, r.session_id, r.type, r.turn_id, r.ts) for r in records
     ]
-    with pytest.raises(EventLogError, match="not an event envelope"):
-        log.append_encoded(['{"seq": 5}'])
+    assert [r.text for r in replayed] == [r.text for r in records]
+    with pytest.raises(EventLogError, match="malformed append"):
+        log.append_packed("[[5, 1]]", '{"seq": 5}')
+    with pytest.raises(EventLogError, match="malformed append"):
+        log.append_packed("[]", '{"seq": 5}')
 
 
 # Ids are stored as SQLite text, so they must be valid Unicode (the bus refuses
@@ -263,7 +270,8 @@ def test_any_envelope_round_trips_exactly(
     session_id: str, turn_id: str | None, data: dict[str, object]
 ) -> None:
     # Ids and data with quotes, backslashes, control and non-ASCII characters
-    # (and, in data, lone surrogates): the stored text is exactly what was published.
+    # (and, in data, lone surrogates, which become U+FFFD): the stored text is
+    # exactly what was published.
     text = _encoder.encode(
         seq=1,
         session_seq=1,
@@ -274,9 +282,11 @@ def test_any_envelope_round_trips_exactly(
         ts=_clock.now(),
         data=data,
     )
+    sent = EventRecord(1, 1, session_id, "tool.completed", turn_id, "ts", text)
+    meta, _, texts = pack_append([sent]).decode().partition("\n")
     with EventLog.open(":memory:") as log:
-        log.append_encoded([text])
+        log.append_packed(meta, texts)
         (record,) = log.replay_session(session_id, after_session_seq=0, limit=1)
-    assert record.text == text
+    assert record.encoded == text and record.text == sent.text
     assert (record.session_id, record.turn_id) == (session_id, turn_id)
     assert record.event.data == json.loads(text)["data"]

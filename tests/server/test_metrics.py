@@ -208,17 +208,17 @@ async def test_model_calls_and_provider_errors(
     assert dict(labels)["error_kind"] == "bad_request"
 
 
-class _Sessions:
+class _Turns:
     def running_count(self) -> int:
         return 0
 
 
-class _Runtime:
-    """What the metrics read from a runtime at scrape time."""
+class _Services:
+    """What the metrics read from the server's services at scrape time."""
 
     def __init__(self) -> None:
         self.presence = Presence()
-        self.sessions = _Sessions()
+        self.turns = _Turns()
 
 
 async def test_the_observer_resumes_from_the_log_without_losing_or_repeating() -> None:
@@ -227,7 +227,7 @@ async def test_the_observer_resumes_from_the_log_without_losing_or_repeating() -
     log = EventLog.open(":memory:")
     bus = EventBus(log)
     await bus.start()
-    runtime: Any = _Runtime()
+    runtime: Any = _Services()
     observer = Observer(runtime)
     await observer.start(bus)
     try:

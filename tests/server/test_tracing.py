@@ -21,7 +21,7 @@ from opentelemetry.trace import StatusCode
 from server.app import create_app
 from server.auth import TokenRegistry
 from server.config import load_config
-from server.runtime import Runtime
+from server.runtime import Services
 from server.tracing import tracing_configured, tracing_from_env
 from tests.harness import REPO_ROOT
 from tests.server.support import WAIT, use
@@ -31,7 +31,7 @@ TOKEN = "test-admin-tracing-0123456789abcdef"
 
 @dataclass
 class App:
-    runtime: Runtime
+    runtime: Services
     http: httpx2.AsyncClient
     exporter: InMemorySpanExporter
     workspace: Path
@@ -45,7 +45,7 @@ async def app(tmp_path: Path, workspace: Path) -> AsyncIterator[App]:
         overrides={"server.data_dir": str(tmp_path / "data"), "server.port": 0},
     )
     application = create_app(config, TokenRegistry(config.auth.tokens))
-    runtime: Runtime = application.state.runtime
+    runtime: Services = application.state.runtime
     exporter = InMemorySpanExporter()
     runtime.observer.span_exporter_factory = lambda: exporter
     (workspace / "notes.txt").write_text("hello\n", encoding="utf-8")

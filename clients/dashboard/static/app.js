@@ -233,7 +233,7 @@
 
   function summarizeInput(input) {
     if (!input || typeof input !== "object") return "";
-    for (const key of ["command", "path", "pattern", "url"]) {
+    for (const key of ["command", "path", "pattern", "url", "task", "query"]) {
       if (typeof input[key] === "string") return input[key];
     }
     const text = JSON.stringify(input);
@@ -244,6 +244,55 @@
   function failureText(d) {
     const reason = d.reason || "failed";
     return d.message ? `${reason}: ${d.message}` : reason;
+  }
+
+  // A plan summary without the tool name it starts with (shown beside it).
+  function withoutName(summary, name) {
+    for (const prefix of [`${name}: `, `${name} `]) {
+      if (name && summary && summary.startsWith(prefix)) return summary.slice(prefix.length);
+    }
+    return summary || "";
+  }
+
+  const agentTypeOf = (input) => (input && typeof input.agent_type === "string" ? input.agent_type : "");
+
+  // "blocked by guardrail protected_files" when a guardrail or hook refused the call.
+  function blockedText(d) {
+    const by = d.blocked_by;
+    if (!by || typeof by !== "object") return "";
+    return `blocked by ${by.kind || "rule"} ${by.name || "?"}`;
+  }
+
+  function hookText(d) {
+    let text = `hook ${d.hook || "?"} (${d.event || "?"}): ${d.decision || "?"}`;
+    if (d.exit_code !== undefined && d.exit_code !== null) text += `, exit ${d.exit_code}`;
+    if (typeof d.duration_ms === "number") text += ` · ${duration(d.duration_ms)}`;
+    return text;
+  }
+
+  const hookLevel = (d) => ({ allow: "info", block: "error" }[d.decision] || "warn");
+
+  function retryText(d) {
+    const reason = d.error_kind || d.reason || "retryable error";
+    let text = `Model call failed (${reason}), retry ${d.attempt ?? "?"}`;
+    if (typeof d.delay_s === "number") text += ` in ${d.delay_s} s`;
+    if (d.provider) text += ` [${d.provider}]`;
+    if (d.message) text += `: ${d.message}`;
+    return text;
+  }
+
+  function toolsChangedText(d) {
+    const names = [...(d.added || []).map((n) => `+${n}`), ...(d.removed || []).map((n) => `-${n}`)];
+    const text = `Tools changed${d.source ? ` (${d.source})` : ""}`;
+    return names.length ? `${text}: ${names.join(", ")}` : text;
+  }
+
+  // key=value of the data's short scalar fields: how an unknown event reads.
+  function genericText(d) {
+    return Object.entries(d || {})
+      .filter(([, v]) => ["string", "number", "boolean"].includes(typeof v) && String(v).length <= 60)
+      .map(([k, v]) => `${k}=${v}`)
+      .join(" ");
   }
 
   const basename = (path) => {
@@ -283,9 +332,28 @@
         return `${d.decision} by ${d.resolved_by}${d.message ? `: ${d.message}` : ""}`;
       case "tool.output_delta": return (d.text || "").trim();
       case "tool.completed": return `${d.tool_name} in ${duration(d.duration_ms)}`;
-      case "tool.failed": return `${d.tool_name}: ${d.error_class}: ${d.message}`;
-      default: return "";
+      case "tool.failed": return `${d.tool_name}: ${blockedText(d) || d.error_class}: ${d.message}`;
+      case "turn.completed":
+        return Array.isArray(d.plan) ? `dry-run plan: ${plural(d.plan.length, "action")}` : "";
+      case "tool.planned": return `${d.tool_name} planned: ${d.summary || ""}`;
+      case "hook.completed": return hookText(d);
+      case "guardrail.warning": return `${d.rule}: ${d.message}`;
+      case "quality_gate.completed":
+        return `${d.name} ${d.passed ? "passed" : "failed"}${d.exit_code !== undefined && d.exit_code !== null ? ` (exit ${d.exit_code})` : ""}`;
+      case "model.retry": return retryText(d);
+      case "tools.changed": return toolsChangedText(d);
+      case "memory.added":
+      case "memory.replaced":
+      case "memory.deleted": return `${d.memory_id || ""} ${d.preview || ""}`.trim();
+      default: return genericText(d);
     }
+  }
+
+  // A sub-agent's event, as its parent's stream carries it: say whose it is.
+  function subagentPrefix(event) {
+    const d = event.data || {};
+    if (!d.subagent_session_id) return "";
+    return `[sub-agent${d.agent_type ? ` ${d.agent_type}` : ""} ${shortId(d.subagent_session_id)}] `;
   }
 
   function appendTimeline(list, event, withSession) {
@@ -296,6 +364,7 @@
     if (
       event.type === "message.delta" && top && top.dataset.type === "message.delta"
       && top.dataset.sessionId === event.session_id && top.dataset.turnId === String(event.turn_id)
+      && (top.dataset.subagentSessionId || "") === ((event.data && event.data.subagent_session_id) || "")
     ) {
       top.querySelector(".tl-text").textContent += (event.data && event.data.text) || "";
       top.dataset.sessionSeqs += ` ${event.session_seq}`;
@@ -316,8 +385,10 @@
       withSession
         ? el("span", { class: "tl-session", title: event.session_id, text: sessionLabel(event.session_id) })
         : null,
-      el("span", { class: "tl-text", text: describe(event) }),
+      el("span", { class: "tl-text", text: subagentPrefix(event) + describe(event) }),
     );
+    const child = event.data && event.data.subagent_session_id;
+    if (child) item.dataset.subagentSessionId = child;
     list.prepend(item);
     while (list.childElementCount > MAX_TIMELINE) list.lastElementChild.remove();
   }
@@ -367,6 +438,11 @@
           { class: "session-meta" },
           el("span", { class: "session-model", text: modelText(session) }),
           el("span", { class: `session-status st-${status}`, text: status }),
+          session.agent ? el("span", { class: "session-agent", text: `agent ${session.agent}` }) : null,
+          session.dry_run ? el("span", { class: "session-dry-run", text: "dry-run" }) : null,
+          session.parent_session_id
+            ? el("span", { class: "session-parent", text: `sub-agent of ${sessionLabel(session.parent_session_id)}` })
+            : null,
           session.created_at ? el("span", { text: `created ${clock(session.created_at)}` }) : null,
         ),
       );
@@ -398,7 +474,11 @@
     else if (event.type === "session.deleted") {
       state.sessions.delete(event.session_id);
       renderSessions();
-    } else if (known && (event.type === "turn.started" || TERMINAL_TURN.has(event.type))) {
+    } else if (
+      known && !(event.data && event.data.subagent_session_id)
+      && (event.type === "turn.started" || TERMINAL_TURN.has(event.type))
+    ) {
+      // (A sub-agent's turn, carried on its parent's stream, is not the parent's.)
       known.status = event.type === "turn.started" ? "running" : "idle";
       if (event.data && event.data.model) state.seenModels.set(event.session_id, event.data.model);
       renderSessions();
@@ -412,6 +492,12 @@
     const model = $("new-model").value.trim();
     if (name) body.name = name;
     if (model) body.model = model;
+    // Only what was set: an older server never sees fields it does not know.
+    const profile = $("new-profile").value.trim();
+    const agent = $("new-agent").value.trim();
+    if (profile) body.profile = profile;
+    if (agent) body.agent = agent;
+    if ($("new-dry-run").checked) body.dry_run = true;
     $("new-session-error").textContent = "";
     submit.disabled = true;
     try {
@@ -444,209 +530,60 @@
     return m ? `${m} min ${String(s % 60).padStart(2, "0")} s left` : `${s} s left`;
   }
 
-  class SessionView {
-    constructor(id) {
-      this.id = id;
+  // One conversation lane: the session's own, or a sub-agent's, nested under
+  // the dispatch_subagent call that started it. Calls are kept per lane, so a
+  // sub-agent's tool_use ids never collide with the parent's.
+  class Lane {
+    constructor(view, list, sub = null) {
+      this.view = view;
+      this.list = list;
+      this.sub = sub; // null, or { sessionId, agentType, statusNode, labelNode }
       this.calls = new Map(); // tool_use_id -> call state (table row and conversation block)
-      this.cards = new Map(); // request_id -> card state
-      this.turn = null;
-      this.turnStatus = "idle";
       this.streaming = null; // the assistant message whose deltas are arriving
-      this.socket = null;
-      this.ticker = null;
-      this.gone = false;
-    }
-
-    get path() {
-      return `/sessions/${encodeURIComponent(this.id)}`;
-    }
-
-    start() {
-      this.socket = new ResumableSocket({
-        path: `${this.path}/events`,
-        field: "session_seq",
-        after: 0, // replay the whole session, then follow it live
-        onEvent: (event) => this.apply(event),
-        onState: renderConnection,
-        onEnd: (why, restart) => {
-          if (restart) this.reset();
-          else this.ended(why);
-        },
-      });
-      this.socket.start();
-      this.loadPresence();
-      // Pending confirmations count down their time left.
-      this.ticker = setInterval(() => this.tick(), 1000);
-    }
-
-    stop() {
-      if (this.socket) this.socket.stop();
-      clearInterval(this.ticker);
-    }
-
-    reset() {
-      this.calls.clear();
-      this.cards.clear();
-      this.streaming = null;
-      $("calls-body").replaceChildren();
-      $("confirmations").replaceChildren();
-      $("conversation").replaceChildren();
-      $("session-timeline").replaceChildren();
-      this.setTurn(null, "idle");
-      this.renderPendingHint();
-      this.renderEmpty();
-    }
-
-    ended(why) {
-      this.gone = true;
-      $("session-turn").textContent = `session ended (${why})`;
-      this.renderControls();
-    }
-
-    async loadPresence() {
-      try {
-        const body = await api("GET", `${this.path}/clients`);
-        const names = listOf(body, "clients").map((c) => c.client_name);
-        if (state.selected === this) $("session-clients").textContent = names.join(", ") || "-";
-      } catch (err) {
-        if (state.selected === this) $("session-clients").textContent = "?";
-      }
-    }
-
-    setTurn(turnId, status) {
-      this.turn = turnId;
-      this.turnStatus = status;
-      $("session-turn").textContent = status;
-      $("session-turn").title = turnId ? `turn ${turnId}` : "";
-      $("session-turn").dataset.status = status;
-      this.renderControls();
-    }
-
-    renderControls() {
-      const running = this.turnStatus === "running";
-      $("cancel-turn").disabled = !running || this.gone;
-      $("send-message").disabled = running || this.gone;
-      $("delete-session").disabled = this.gone;
-      $("message-input").disabled = this.gone;
-    }
-
-    renderEmpty() {
-      $("empty-conversation").hidden = $("conversation").childElementCount > 0;
     }
 
     add(node) {
-      $("conversation").append(node);
-      this.renderEmpty();
+      this.list.append(node);
+      if (!this.sub) this.view.renderEmpty();
       return node;
     }
 
-    apply(event) {
-      if (state.selected !== this) return;
-      appendTimeline($("session-timeline"), event, false);
-      const d = event.data || {};
-      switch (event.type) {
-        case "turn.started":
-          this.setTurn(event.turn_id, "running");
-          break;
-        case "turn.completed":
-        case "turn.failed":
-        case "turn.cancelled":
-          this.turnEnded(event);
-          break;
-        case "client.attached":
-        case "client.detached":
-          this.loadPresence();
-          break;
-        case "message.delta":
-          this.delta(event);
-          break;
-        case "message.completed":
-          this.message(event);
-          break;
-        case "tool.confirmation_requested":
-          this.updateCall(d.tool_use_id, {
-            name: d.tool_name, fx: d.side_effects, status: "awaiting_confirmation",
-            input: d.input_summary,
-          });
-          this.addCard(event);
-          break;
-        case "tool.confirmation_resolved": {
-          const scope = d.scope === "session" ? " for the session" : "";
-          const text = `${d.decision}${scope} by ${d.resolved_by}`;
-          const status = d.decision === "allow" ? "running" : undefined;
-          this.updateCall(d.tool_use_id, { confirmation: text, status });
-          const card = this.cards.get(d.request_id);
-          if (card) this.settle(card, d.message ? `${text}: ${d.message}` : text, d);
-          break;
-        }
-        case "tool.called":
-          this.updateCall(d.tool_use_id, {
-            name: d.tool_name, fx: d.side_effects, status: "running", input: summarizeInput(d.input),
-          });
-          break;
-        case "tool.output_delta":
-          this.output(d);
-          break;
-        case "tool.input_invalid":
-          this.updateCall(d.tool_use_id, {
-            name: d.tool_name, status: "invalid",
-            error: (d.errors || []).map((e) => `${e.path || "input"}: ${e.message}`).join("; "),
-          });
-          break;
-        case "tool.completed":
-          this.updateCall(d.tool_use_id, { name: d.tool_name, status: "completed", ms: d.duration_ms });
-          this.result(d);
-          break;
-        case "tool.failed": {
-          const call = this.updateCall(d.tool_use_id, {
-            name: d.tool_name, status: "failed", ms: d.duration_ms, error: `${d.error_class}: ${d.message}`,
-          });
-          if (call && d.partial_output && !call.term) this.output({ tool_use_id: d.tool_use_id, stream: "stdout", text: d.partial_output });
-          break;
-        }
-        case "session.deleted":
-          this.ended("deleted");
-          break;
-        default:
-          break;
-      }
+    get label() {
+      return this.sub ? `sub-agent${this.sub.agentType ? ` ${this.sub.agentType}` : ""}` : "";
     }
 
-    turnEnded(event) {
-      const d = event.data || {};
-      const status = event.type.split(".")[1];
-      this.setTurn(event.turn_id, status);
-      if (d.model) {
-        state.seenModels.set(this.id, d.model);
-        $("session-model").textContent = modelText(state.sessions.get(this.id) || { id: this.id });
-        renderSessions();
+    setAgentType(agentType) {
+      if (!this.sub || !agentType || this.sub.agentType) return;
+      this.sub.agentType = agentType;
+      this.sub.labelNode.textContent = this.label;
+    }
+
+    setStatus(status) {
+      if (!this.sub) return;
+      this.sub.statusNode.replaceChildren(statusTag(status));
+      this.sub.box.dataset.status = status;
+    }
+
+    // A one-line note in the lane (kind: a class suffix; level: info|ok|warn|error).
+    note(text, level = "info", kind = "note", detail = null) {
+      return this.add(el(
+        "li",
+        { class: `turn-note note-${kind}`, "data-level": level },
+        el("span", { class: "note-text", text }),
+        detail,
+      ));
+    }
+
+    // A line under the call it concerns (hooks, guardrail warnings), or a note.
+    aboutCall(toolUseId, text, level, kind) {
+      if (!toolUseId) return this.note(text, level, kind);
+      const call = this.updateCall(toolUseId, {});
+      if (!call.events) {
+        call.events = el("ul", { class: "tool-events" });
+        call.block.insertBefore(call.events, call.errorLine);
       }
-      for (const card of this.cards.values()) {
-        if (card.turnId === event.turn_id && !card.resolved) this.settle(card, `turn ${status}`);
-      }
-      for (const call of this.calls.values()) {
-        if (OPEN_CALL.includes(call.status) && status !== "completed") this.updateCall(call.id, { status });
-      }
-      if (this.streaming && this.streaming.turnId === event.turn_id) {
-        this.streaming.node.classList.remove("streaming");
-        if (status !== "completed") this.streaming.node.dataset.interrupted = status;
-        this.streaming = null;
-      }
-      if (status === "failed") {
-        // The whole reason and message, as the server gave them.
-        this.add(el(
-          "li",
-          { class: "turn-note turn-failed", "data-turn-id": event.turn_id },
-          el("strong", { text: "Turn failed" }),
-          el("span", { class: "failure", text: failureText(d) }),
-        ));
-      } else if (status === "cancelled") {
-        const who = d.cancelled_by ? ` by ${d.cancelled_by}` : "";
-        this.add(el("li", {
-          class: "turn-note turn-cancelled", "data-turn-id": event.turn_id,
-          text: `Turn cancelled${who}${d.reason && d.reason !== "cancelled" ? ` (${d.reason})` : ""}`,
-        }));
-      }
+      call.events.append(el("li", { class: `tool-event ev-${kind}`, "data-level": level, text }));
+      return call.events;
     }
 
     // Streamed text grows one assistant message per model call.
@@ -678,7 +615,7 @@
           this.add(el(
             "li",
             { class: "msg msg-user", "data-turn-id": event.turn_id },
-            el("span", { class: "who", text: "user" }),
+            el("span", { class: "who", text: this.sub ? "task" : "user" }),
             el("div", { class: "text", text }),
           ));
         }
@@ -700,7 +637,9 @@
       }
       for (const block of blocks) {
         if (block.type === "tool_use") {
-          this.updateCall(block.id, { name: block.name, input: summarizeInput(block.input) });
+          this.updateCall(block.id, {
+            name: block.name, input: summarizeInput(block.input), agentType: agentTypeOf(block.input),
+          });
         }
       }
     }
@@ -722,6 +661,10 @@
           { class: "tool-block", "data-tool-use-id": toolUseId },
           call.head, call.note, call.errorLine,
         );
+        if (this.sub) {
+          call.row.dataset.subagentSessionId = this.sub.sessionId;
+          call.block.dataset.subagentSessionId = this.sub.sessionId;
+        }
         this.calls.set(toolUseId, call);
         $("calls-body").append(call.row);
         this.add(call.block);
@@ -729,9 +672,11 @@
       for (const [key, value] of Object.entries(patch)) {
         if (value !== undefined && value !== null && value !== "") call[key] = value;
       }
+      // A sub-agent's calls sit in the same table, named after who made them.
+      const tableName = this.sub ? `${this.label} › ${call.name}` : call.name;
       call.row.dataset.status = call.status;
       call.row.replaceChildren(
-        el("td", { class: "call-name", text: call.name }),
+        el("td", { class: "call-name", text: tableName }),
         el("td", {}, call.fx ? badge(call.fx) : ""),
         el("td", { class: "call-input", title: call.input, text: call.input }),
         el("td", {}, statusTag(call.status), call.error ? el("div", { class: "call-error", text: call.error }) : null),
@@ -798,13 +743,348 @@
       call.block.append(call.resultNode);
     }
 
-    addCard(event) {
+    // A dry-run turn's plan: what it would have done, in order.
+    plan(d, turnId) {
+      const steps = Array.isArray(d.plan) ? d.plan : [];
+      const list = el("ol", { class: "plan" });
+      for (const step of steps) {
+        list.append(el(
+          "li",
+          { "data-tool-use-id": (step && step.tool_use_id) || "" },
+          el("span", { class: "plan-tool", text: (step && step.tool_name) || "?" }),
+          " ",
+          el("span", {
+            class: "plan-summary",
+            text: withoutName(step && step.summary, step && step.tool_name) || summarizeInput(step && step.input),
+          }),
+        ));
+      }
+      return this.add(el(
+        "li",
+        { class: "turn-note turn-plan", "data-turn-id": turnId },
+        el("strong", { text: `Dry-run plan: ${plural(steps.length, "action")}, nothing was run` }),
+        list,
+      ));
+    }
+
+    gate(d) {
+      const passed = d.passed === true;
+      const level = passed ? "ok" : d.required === false ? "warn" : "error";
+      const text = `Quality gate ${d.name || "?"} ${passed ? "passed" : "failed"}`
+        + (d.exit_code !== undefined && d.exit_code !== null ? ` (exit ${d.exit_code})` : "");
+      const output = !passed && d.output
+        ? el("details", { class: "tool-result" }, el("summary", { text: "Output" }),
+          el("pre", { class: "result-text", tabindex: "0", text: d.output }))
+        : null;
+      return this.note(text, level, "gate", output);
+    }
+  }
+
+  class SessionView {
+    constructor(id) {
+      this.id = id;
+      this.main = new Lane(this, $("conversation"));
+      this.subs = new Map(); // child session id -> its Lane
+      this.children = new Set(); // sub-agent sessions seen (GET /sessions/{id} and events)
+      this.cards = new Map(); // request_id -> card state
+      this.turn = null;
+      this.turnStatus = "idle";
+      this.socket = null;
+      this.ticker = null;
+      this.gone = false;
+    }
+
+    get path() {
+      return `/sessions/${encodeURIComponent(this.id)}`;
+    }
+
+    start() {
+      this.socket = new ResumableSocket({
+        path: `${this.path}/events`,
+        field: "session_seq",
+        after: 0, // replay the whole session, then follow it live
+        onEvent: (event) => this.apply(event),
+        onState: renderConnection,
+        onEnd: (why, restart) => {
+          if (restart) this.reset();
+          else this.ended(why);
+        },
+      });
+      this.socket.start();
+      this.loadPresence();
+      // Pending confirmations count down their time left.
+      this.ticker = setInterval(() => this.tick(), 1000);
+    }
+
+    stop() {
+      if (this.socket) this.socket.stop();
+      clearInterval(this.ticker);
+    }
+
+    reset() {
+      this.main = new Lane(this, $("conversation"));
+      this.subs.clear();
+      this.cards.clear();
+      $("calls-body").replaceChildren();
+      $("confirmations").replaceChildren();
+      $("conversation").replaceChildren();
+      $("session-timeline").replaceChildren();
+      this.setTurn(null, "idle");
+      this.renderPendingHint();
+      this.renderEmpty();
+    }
+
+    ended(why) {
+      this.gone = true;
+      $("session-turn").textContent = `session ended (${why})`;
+      this.renderControls();
+    }
+
+    async loadPresence() {
+      try {
+        const body = await api("GET", `${this.path}/clients`);
+        const names = listOf(body, "clients").map((c) => c.client_name);
+        if (state.selected === this) $("session-clients").textContent = names.join(", ") || "-";
+      } catch (err) {
+        if (state.selected === this) $("session-clients").textContent = "?";
+      }
+    }
+
+    setTurn(turnId, status) {
+      this.turn = turnId;
+      this.turnStatus = status;
+      $("session-turn").textContent = status;
+      $("session-turn").title = turnId ? `turn ${turnId}` : "";
+      $("session-turn").dataset.status = status;
+      this.renderControls();
+    }
+
+    renderControls() {
+      const running = this.turnStatus === "running";
+      $("cancel-turn").disabled = !running || this.gone;
+      $("send-message").disabled = running || this.gone;
+      $("delete-session").disabled = this.gone;
+      $("message-input").disabled = this.gone;
+    }
+
+    renderEmpty() {
+      $("empty-conversation").hidden = $("conversation").childElementCount > 0;
+    }
+
+    apply(event) {
+      if (state.selected !== this) return;
+      appendTimeline($("session-timeline"), event, false);
+      const d = event.data || {};
+      // A sub-agent's events arrive on this stream too, marked with its session.
+      const child = d.subagent_session_id;
+      if (typeof child === "string" && child && child !== this.id) {
+        this.applyIn(this.subLane(child, d.agent_type), event);
+      } else {
+        this.applyIn(this.main, event);
+      }
+    }
+
+    applyIn(lane, event) {
+      const d = event.data || {};
+      switch (event.type) {
+        case "turn.started":
+          if (lane.sub) lane.setStatus("running");
+          else this.setTurn(event.turn_id, "running");
+          break;
+        case "turn.completed":
+        case "turn.failed":
+        case "turn.cancelled":
+          this.turnEnded(lane, event);
+          break;
+        case "client.attached":
+        case "client.detached":
+          if (!lane.sub) this.loadPresence();
+          break;
+        case "session.created":
+          break;
+        case "message.delta":
+          lane.delta(event);
+          break;
+        case "message.completed":
+          lane.message(event);
+          break;
+        case "tool.confirmation_requested":
+          lane.updateCall(d.tool_use_id, {
+            name: d.tool_name, fx: d.side_effects, status: "awaiting_confirmation",
+            input: d.input_summary,
+          });
+          this.addCard(event, lane);
+          break;
+        case "tool.confirmation_resolved": {
+          const scope = d.scope === "session" ? " for the session" : "";
+          const text = `${d.decision}${scope} by ${d.resolved_by}`;
+          const status = d.decision === "allow" ? "running" : undefined;
+          lane.updateCall(d.tool_use_id, { confirmation: text, status });
+          const card = this.cards.get(d.request_id);
+          if (card) this.settle(card, d.message ? `${text}: ${d.message}` : text, d);
+          break;
+        }
+        case "tool.called":
+          lane.updateCall(d.tool_use_id, {
+            name: d.tool_name, fx: d.side_effects, status: "running", input: summarizeInput(d.input),
+            agentType: agentTypeOf(d.input),
+          });
+          break;
+        case "tool.output_delta":
+          lane.output(d);
+          break;
+        case "tool.input_invalid":
+          lane.updateCall(d.tool_use_id, {
+            name: d.tool_name, status: "invalid",
+            error: (d.errors || []).map((e) => `${e.path || "input"}: ${e.message}`).join("; "),
+          });
+          break;
+        case "tool.completed":
+          lane.updateCall(d.tool_use_id, { name: d.tool_name, status: "completed", ms: d.duration_ms });
+          lane.result(d);
+          break;
+        case "tool.failed": {
+          const blocked = blockedText(d);
+          const call = lane.updateCall(d.tool_use_id, {
+            name: d.tool_name, status: blocked ? "blocked" : "failed", ms: d.duration_ms,
+            error: blocked ? `${blocked}: ${d.message}` : `${d.error_class}: ${d.message}`,
+          });
+          if (call && d.partial_output && !call.term) lane.output({ tool_use_id: d.tool_use_id, stream: "stdout", text: d.partial_output });
+          break;
+        }
+        case "tool.planned":
+          lane.updateCall(d.tool_use_id, {
+            name: d.tool_name, status: "planned",
+            input: withoutName(d.summary, d.tool_name) || summarizeInput(d.input),
+            confirmation: "dry-run: recorded, not run",
+          });
+          break;
+        case "hook.completed":
+          lane.aboutCall(d.tool_use_id, hookText(d), hookLevel(d), "hook");
+          break;
+        case "guardrail.warning":
+          lane.aboutCall(d.tool_use_id, `guardrail ${d.rule || "?"}: ${d.message || ""}`, "warn", "guardrail");
+          break;
+        case "quality_gate.completed":
+          lane.gate(d);
+          break;
+        case "model.retry":
+          lane.note(retryText(d), "warn", "retry");
+          break;
+        case "tools.changed":
+          lane.note(toolsChangedText(d), "info", "tools");
+          break;
+        case "session.deleted":
+          if (!lane.sub) this.ended("deleted");
+          break;
+        default:
+          // Newer servers may send types this page does not know: show them plainly.
+          lane.note(`${event.type}: ${describe(event)}`, "info", "generic");
+          break;
+      }
+    }
+
+    // The lane of a sub-agent, nested in the dispatch_subagent call that started
+    // it: the oldest unclaimed such call (of the same agent type if it says),
+    // else a block of its own.
+    subLane(child, agentType) {
+      const known = this.subs.get(child);
+      if (known) {
+        known.setAgentType(agentType);
+        return known;
+      }
+      const claimed = new Set([...this.subs.values()].map((lane) => lane.parentCall));
+      const open = [...this.main.calls.values()].filter(
+        (c) => c.name === "dispatch_subagent" && !claimed.has(c),
+      );
+      const live = open.filter((c) => OPEN_CALL.includes(c.status));
+      const pool = live.length ? live : open;
+      const call = pool.find((c) => agentType && c.agentType === agentType) || pool[0] || null;
+      const sub = {
+        sessionId: child, agentType: agentType || "",
+        labelNode: el("strong", { class: "subagent-label" }),
+        statusNode: el("span", { class: "subagent-status" }),
+      };
+      const list = el("ol", { class: "conversation subagent-lane", "aria-label": "Sub-agent steps" });
+      sub.box = el(
+        "section",
+        { class: "subagent", "data-subagent-session-id": child },
+        el(
+          "header",
+          { class: "subagent-head" },
+          sub.labelNode,
+          sessionLink(child, "subagent-link"),
+          sub.statusNode,
+        ),
+        list,
+      );
+      const lane = new Lane(this, list, sub);
+      sub.labelNode.textContent = lane.label;
+      lane.parentCall = call;
+      if (call) {
+        call.block.insertBefore(sub.box, call.errorLine);
+      } else {
+        this.main.add(el("li", { class: "tool-block subagent-orphan" }, sub.box));
+      }
+      this.subs.set(child, lane);
+      if (!this.children.has(child)) {
+        this.children.add(child);
+        renderFacts(this);
+      }
+      return lane;
+    }
+
+    turnEnded(lane, event) {
+      const d = event.data || {};
+      const status = event.type.split(".")[1];
+      if (lane.sub) {
+        lane.setStatus(status);
+      } else {
+        this.setTurn(event.turn_id, status);
+        if (d.model) {
+          state.seenModels.set(this.id, d.model);
+          $("session-model").textContent = modelText(state.sessions.get(this.id) || { id: this.id });
+          renderSessions();
+        }
+      }
+      for (const card of this.cards.values()) {
+        if (card.lane === lane && card.turnId === event.turn_id && !card.resolved) this.settle(card, `turn ${status}`);
+      }
+      for (const call of lane.calls.values()) {
+        if (OPEN_CALL.includes(call.status) && status !== "completed") lane.updateCall(call.id, { status });
+      }
+      if (lane.streaming && lane.streaming.turnId === event.turn_id) {
+        lane.streaming.node.classList.remove("streaming");
+        if (status !== "completed") lane.streaming.node.dataset.interrupted = status;
+        lane.streaming = null;
+      }
+      if (Array.isArray(d.plan)) lane.plan(d, event.turn_id);
+      if (status === "failed") {
+        // The whole reason and message, as the server gave them.
+        lane.add(el(
+          "li",
+          { class: "turn-note turn-failed", "data-turn-id": event.turn_id, "data-reason": d.reason || "" },
+          el("strong", { text: lane.sub ? `${lane.label}: turn failed` : "Turn failed" }),
+          el("span", { class: "failure", text: failureText(d) }),
+        ));
+      } else if (status === "cancelled") {
+        const who = d.cancelled_by ? ` by ${d.cancelled_by}` : "";
+        lane.add(el("li", {
+          class: "turn-note turn-cancelled", "data-turn-id": event.turn_id,
+          text: `Turn cancelled${who}${d.reason && d.reason !== "cancelled" ? ` (${d.reason})` : ""}`,
+        }));
+      }
+    }
+
+    addCard(event, lane = this.main) {
       const d = event.data;
       if (this.cards.has(d.request_id)) return;
       const expired = Date.parse(d.expires_at) <= Date.now();
       const card = {
         requestId: d.request_id, turnId: event.turn_id, resolved: false, answered: false,
-        expiresAt: d.expires_at,
+        expiresAt: d.expires_at, lane,
+        // A sub-agent's question is answered at its own (child) session.
+        sessionPath: lane.sub ? `/sessions/${encodeURIComponent(lane.sub.sessionId)}` : this.path,
       };
       const uid = `c-${d.request_id.replace(/[^\w-]/g, "")}`;
       const resultLine = el("p", { class: "resolution", role: "status" });
@@ -842,7 +1122,11 @@
           role: "alertdialog", "aria-modal": "false", "aria-labelledby": `${uid}-t`, "aria-describedby": `${uid}-s`,
           tabindex: "-1",
         },
-        el("header", {}, el("strong", { id: `${uid}-t`, text: d.tool_name }), " ", badge(d.side_effects), card.expires),
+        el(
+          "header", {},
+          lane.sub ? el("span", { class: "card-agent", text: `${lane.label} asks:` }) : null,
+          el("strong", { id: `${uid}-t`, text: d.tool_name }), " ", badge(d.side_effects), card.expires,
+        ),
         el("p", { class: "summary", id: `${uid}-s`, title: d.input_summary || "", text: d.input_summary || "" }),
         (d.projected_modifications || []).length
           ? el("p", { class: "mods", text: `Would modify: ${d.projected_modifications.join(", ")}` })
@@ -902,7 +1186,7 @@
       for (const button of card.buttons) button.disabled = true;
       const body = { decision, scope };
       if (decision === "deny" && message) body.message = message;
-      const path = `${this.path}/turns/${encodeURIComponent(card.turnId)}`
+      const path = `${card.sessionPath}/turns/${encodeURIComponent(card.turnId)}`
         + `/confirmations/${encodeURIComponent(card.requestId)}`;
       try {
         const won = await api("POST", path, body);
@@ -957,7 +1241,10 @@
       $("composer-error").textContent = "";
       $("send-message").disabled = true;
       try {
-        const started = await api("POST", `${this.path}/turns`, { message: text });
+        const body = { message: text };
+        // Sent only when ticked: an older server never sees the field.
+        if ($("turn-dry-run").checked) body.dry_run = true;
+        const started = await api("POST", `${this.path}/turns`, body);
         if (this.turnStatus !== "running" && started && started.turn_id && this.turn !== started.turn_id) {
           this.setTurn(started.turn_id, "running");
         }
@@ -1007,6 +1294,45 @@
     history.replaceState(null, "", location.pathname);
   }
 
+  // A link to a session's own view (a sub-agent's, or its parent's).
+  function sessionLink(id, cls = "session-link") {
+    return el("a", {
+      class: cls, href: `#session=${encodeURIComponent(id)}`, title: id, "data-session-id": id,
+      text: sessionLabel(id),
+      onclick: (clicked) => {
+        clicked.preventDefault();
+        openSession(id);
+      },
+    });
+  }
+
+  // A session may be missing from the list (a sub-agent's worker): read it first.
+  async function openSession(id) {
+    if (!state.sessions.has(id)) await refreshSession(id);
+    selectSession(id);
+  }
+
+  // Agent, profile, dry-run, parent and sub-agents of the selected session.
+  function renderFacts(view) {
+    if (state.selected !== view) return;
+    const session = state.sessions.get(view.id) || {};
+    for (const child of session.children || []) view.children.add(child);
+    const fact = (id, value) => {
+      $(id).replaceChildren(...(Array.isArray(value) ? value : [value || ""]));
+      $(id).parentElement.hidden = !value || (Array.isArray(value) && !value.length);
+    };
+    fact("session-agent", session.agent || "");
+    fact("session-profile", session.profile || "");
+    fact("session-dry-run", session.dry_run ? "on: writes and commands are recorded, not run" : "");
+    fact("session-parent", session.parent_session_id ? sessionLink(session.parent_session_id) : "");
+    const links = [];
+    for (const child of view.children) {
+      if (links.length) links.push(", ");
+      links.push(sessionLink(child));
+    }
+    fact("session-children", links);
+  }
+
   function selectSession(id) {
     if (state.selected && state.selected.id === id) return;
     if (state.selected) state.selected.stop();
@@ -1022,7 +1348,10 @@
     $("session-clients").textContent = "-";
     $("composer-error").textContent = "";
     view.reset();
+    renderFacts(view);
     view.start();
+    // Details the list may lack (children, parent): read the session itself.
+    refreshSession(id).then(() => renderFacts(view));
     renderSessions();
     renderConnection();
     history.replaceState(null, "", `#session=${encodeURIComponent(id)}`);
@@ -1073,6 +1402,10 @@
     });
     state.globalSocket.start();
     const wanted = /session=([^&]+)/.exec(location.hash);
+    if (wanted && !state.sessions.has(decodeURIComponent(wanted[1]))) {
+      // A linked session the list does not show (a sub-agent's): ask for it.
+      await refreshSession(decodeURIComponent(wanted[1]));
+    }
     if (wanted && state.sessions.has(decodeURIComponent(wanted[1]))) {
       selectSession(decodeURIComponent(wanted[1]));
     } else if (state.sessions.size === 0) {

@@ -51,6 +51,7 @@ from dispatcher.tools.search.candidates import (
 )
 from dispatcher.tools.search.walk import Entry, Walk
 from dispatcher.workspace import WorkspaceFileAPI
+from protocol.payloads import Payload, ToolCompleted
 
 MAX_FILE_BYTES = 1024 * 1024  # larger files are generated or vendored: not parsed
 MAX_FILES = 100_000
@@ -647,6 +648,11 @@ class FilesModifiedTap:
             if files:
                 note_modified(session_id, files)
         self._inner.publish(type, data, session_id=session_id, turn_id=turn_id)
+
+    def emit(self, payload: Payload, *, session_id: str, turn_id: str | None = None) -> None:
+        if isinstance(payload, ToolCompleted) and payload.files_modified:
+            note_modified(session_id, payload.files_modified)
+        self._inner.emit(payload, session_id=session_id, turn_id=turn_id)
 
 
 def forget(root: str) -> None:

@@ -20,12 +20,12 @@ import asyncio
 import contextlib
 import stat
 from collections import deque
-from typing import Any
-
-import anyio.to_thread
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from dispatcher.errors import ToolExecutionError
-from dispatcher.tool import ToolContext, ToolOutput
+from dispatcher.tool import BaseTool, ToolContext, ToolOutput
+from dispatcher.tools.capped import cap
 from dispatcher.tools.code.extract import extract
 from dispatcher.tools.code.index import CodeIndex, index_for, note_session
 from dispatcher.tools.code.languages import EXTENSIONS, language_for
@@ -39,6 +39,8 @@ from dispatcher.tools.common import (
 )
 from dispatcher.workspace import WorkspaceFileAPI
 from protocol.canonical import SideEffects, ToolDefinition
+
+T = TypeVar("T")
 
 PROGRESS_POLL_S = 0.25
 MAX_OUTLINE_BYTES = 4 * 1024 * 1024
@@ -102,8 +104,21 @@ async def ready_index(context: ToolContext) -> CodeIndex:
             interval = Options("code", context.options).number(
                 "rescan_interval", 0.0, minimum=0.0, maximum=3600.0
             )
-        await anyio.to_thread.run_sync(lambda: index.refresh(min_interval=interval))
+        await asyncio.to_thread(lambda: index.refresh(min_interval=interval))
     return index
+
+
+async def query_index(
+    context: ToolContext, tool: str, path: str | None, query: Callable[[CodeIndex, str], T]
+) -> T:
+    """What every index-backed tool does before its own rendering: check for
+    cancellation, resolve the ``path`` scope, wait for the index, and run
+    ``query(index, scope)`` off the loop (a look-up takes the index's lock,
+    which another session's freshness check may hold for a moment)."""
+    check_cancelled(context, tool)
+    under = _scope(context.workspace_files, path)
+    index = await ready_index(context)
+    return await asyncio.to_thread(query, index, under)
 
 
 def _scope(ws: WorkspaceFileAPI, path: str | None) -> str:
@@ -116,7 +131,7 @@ def _scope(ws: WorkspaceFileAPI, path: str | None) -> str:
     return rel
 
 
-class ListSymbolsTool:
+class ListSymbolsTool(BaseTool):
     """The outline of one source file: classes, functions, methods, types."""
 
     definition: ToolDefinition = ToolDefinition(
@@ -154,7 +169,7 @@ class ListSymbolsTool:
             )
         if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_OUTLINE_BYTES:
             raise ToolExecutionError(f"{path!r} is larger than {MAX_OUTLINE_BYTES} bytes")
-        facts = await anyio.to_thread.run_sync(lambda: extract(language, ws.read_bytes(rel)))
+        facts = await asyncio.to_thread(lambda: extract(language, ws.read_bytes(rel)))
         symbols = [s.to_json() for s in facts.symbols]
         lines = [
             f"{s.line}-{s.end_line} {s.kind} "
@@ -174,11 +189,8 @@ class ListSymbolsTool:
             },
         )
 
-    async def cancel(self) -> bool:
-        return False
 
-
-class FindSymbolTool:
+class FindSymbolTool(BaseTool):
     """Where a name is defined, across the workspace."""
 
     definition: ToolDefinition = ToolDefinition(
@@ -215,14 +227,12 @@ class FindSymbolTool:
     path_fields: tuple[str, ...] = ("path",)
 
     async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:
-        check_cancelled(context, "find_symbol")
         name: str = input["name"]
-        under = _scope(context.workspace_files, input.get("path"))
-        index = await ready_index(context)
-        # Off the loop: the look-up takes the index's lock, which another
-        # session's freshness check may hold for a moment.
-        found = await anyio.to_thread.run_sync(
-            lambda: index.definitions(name, kind=input.get("kind"), under=under)
+        found = await query_index(
+            context,
+            "find_symbol",
+            input.get("path"),
+            lambda index, under: index.definitions(name, kind=input.get("kind"), under=under),
         )
         defs = [{"file": rel, **sym.to_json()} for rel, sym in found]
         if defs:
@@ -235,11 +245,8 @@ class FindSymbolTool:
             text = f"(no definition of {name!r} found)"
         return ToolOutput.text(text, metadata={"name": name, "definitions": defs})
 
-    async def cancel(self) -> bool:
-        return False
 
-
-class FindReferencesTool:
+class FindReferencesTool(BaseTool):
     """Where a name is used, excluding where it is defined."""
 
     definition: ToolDefinition = ToolDefinition(
@@ -294,14 +301,11 @@ class FindReferencesTool:
     path_fields: tuple[str, ...] = ("path",)
 
     async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:
-        check_cancelled(context, "find_references")
         name: str = input["name"]
         around: int = input.get("context_lines", 1)
         limit: int = input.get("max_results", 200)
-        under = _scope(context.workspace_files, input.get("path"))
-        index = await ready_index(context)
 
-        def render() -> tuple[list[dict[str, Any]], int]:
+        def render(index: CodeIndex, under: str) -> tuple[list[dict[str, Any]], int]:
             by_file = index.references(name, under=under)
             total = sum(len(lines) for _, lines in by_file)
             out: list[dict[str, Any]] = []
@@ -324,7 +328,7 @@ class FindReferencesTool:
                     )
             return out, total
 
-        refs, total = await anyio.to_thread.run_sync(render)
+        refs, total = await query_index(context, "find_references", input.get("path"), render)
         if refs:
             text = "\n".join(f"{r['file']}:{r['line']}: {r['text'].strip()}" for r in refs)
         else:
@@ -341,11 +345,8 @@ class FindReferencesTool:
             },
         )
 
-    async def cancel(self) -> bool:
-        return False
 
-
-class DependencyGraphTool:
+class DependencyGraphTool(BaseTool):
     """Imports between the workspace's files, as edges."""
 
     definition: ToolDefinition = ToolDefinition(
@@ -403,15 +404,17 @@ class DependencyGraphTool:
     path_fields: tuple[str, ...] = ("path",)
 
     async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:
-        check_cancelled(context, "dependency_graph")
         ws = context.workspace_files
-        under = _scope(ws, input.get("path"))
         depth: int = input.get("depth", 1)
         external: bool = input.get("include_external", True)
         limit: int = input.get("max_edges", 1000)
+        under, edges = await query_index(
+            context,
+            "dependency_graph",
+            input.get("path"),
+            lambda index, under: (under, index.import_edges()),
+        )
         is_file = under != "." and stat.S_ISREG(ws.stat(under).st_mode)
-        index = await ready_index(context)
-        edges = await anyio.to_thread.run_sync(index.import_edges)
         if is_file:
             edges = _reachable(edges, under, depth)
         elif under != ".":
@@ -419,21 +422,18 @@ class DependencyGraphTool:
             edges = [e for e in edges if e["from"].startswith(prefix)]
         if not external:
             edges = [e for e in edges if e["to"] is not None]
-        truncated = len(edges) > limit
-        edges = edges[:limit]
+        shown = cap(edges, limit)
+        edges = shown.items
         nodes = sorted({e["from"] for e in edges} | {e["to"] for e in edges if e["to"]})
         text = (
             "\n".join(f"{e['from']} -> {e['to'] or '(external) ' + e['module']}" for e in edges)
             or "(no imports found)"
         )
-        if truncated:
-            text += f"\n[truncated: the first {limit} edges are shown]"
+        if shown.truncated:
+            text += "\n" + shown.notice(limit, "edges")
         return ToolOutput.text(
-            text, metadata={"edges": edges, "nodes": nodes, "truncated": truncated}
+            text, metadata={"edges": edges, "nodes": nodes, "truncated": shown.truncated}
         )
-
-    async def cancel(self) -> bool:
-        return False
 
 
 def _reachable(edges: list[dict[str, Any]], start: str, depth: int) -> list[dict[str, Any]]:

@@ -9,10 +9,11 @@ writes atomically. Write tools also hold a per-file lock
 from __future__ import annotations
 
 import os
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from dispatcher.errors import ToolExecutionError, ToolPermissionDenied
-from dispatcher.tool import ConfirmationPreview, ToolContext, ToolOutput
+from dispatcher.tool import BaseTool, ConfirmationPreview, ToolContext, ToolOutput
 from dispatcher.tools.common import (
     Options,
     check_cancelled,
@@ -28,6 +29,9 @@ from dispatcher.tools.files.locks import locked_paths
 from dispatcher.tools.files.textdiff import unified_file_diff
 from dispatcher.workspace import WorkspaceFileAPI, WorkspacePathNotFound
 from protocol.canonical import SideEffects, ToolDefinition
+
+if TYPE_CHECKING:
+    from dispatcher.sandbox import Sandbox
 
 DEFAULT_READ_MAX_CHARS = 2 * 1024 * 1024
 
@@ -67,7 +71,7 @@ def match_lines(text: str, needle: str) -> list[int]:
     return lines
 
 
-class ReadFileTool:
+class ReadFileTool(BaseTool):
     """Reads a UTF-8 text file, optionally a range of lines."""
 
     definition: ToolDefinition = ToolDefinition(
@@ -127,9 +131,6 @@ class ReadFileTool:
         text, total, size = await run_blocking(load, size_hint=size_hint)
         return _select_lines(rel, text, total, offset, limit, max_chars, size)
 
-    async def cancel(self) -> bool:
-        return False
-
 
 def _select_lines(
     rel: str, text: str, total: int, offset: int, limit: int | None, max_chars: int, size: int
@@ -171,7 +172,7 @@ def _select_lines(
     return ToolOutput.text(chosen, metadata=metadata)
 
 
-class WriteFileTool:
+class WriteFileTool(BaseTool):
     """Creates, overwrites or appends to a file, atomically."""
 
     definition: ToolDefinition = ToolDefinition(
@@ -235,11 +236,13 @@ class WriteFileTool:
             files_modified=[rel],
         )
 
-    async def cancel(self) -> bool:
-        return False
-
     async def preview(
-        self, input: dict[str, Any], workspace: WorkspaceFileAPI
+        self,
+        input: dict[str, Any],
+        workspace: WorkspaceFileAPI,
+        *,
+        sandbox: Sandbox | None = None,
+        prepared: Any = None,
     ) -> ConfirmationPreview:
         path: str = input["path"]
         rel = refuse_git_internals(workspace, path)
@@ -261,7 +264,7 @@ class WriteFileTool:
         return ConfirmationPreview(text=diff, kind="diff", projected_modifications=(rel,))
 
 
-class PatchFileTool:
+class PatchFileTool(BaseTool):
     """Replaces one exact, unique piece of text in a file (str_replace style)."""
 
     definition: ToolDefinition = ToolDefinition(
@@ -288,21 +291,23 @@ class PatchFileTool:
         path: str = input["path"]
         rel = refuse_git_internals(ws, path)
         guard = git_guard(path)
+        prepared = context.prepared
+        previewed = prepared if isinstance(prepared, PreparedEdit) else None
         async with locked_paths([str(ws.resolve(path))]):
             size = require_file(ws, path).st_size
-            before, after, line = await run_blocking(
-                lambda: _replace_once(ws, path, rel, input["old_str"], input["new_str"]),
+            edit = await run_blocking(
+                lambda: _replace_once(ws, path, rel, input["old_str"], input["new_str"], previewed),
                 size_hint=size,
             )
             # Read and write are two walks: a link swapped between them can
             # only redirect the write to another file inside the workspace.
-            await run_blocking(lambda: ws.write(path, after, guard=guard), size_hint=size)
-        diff = file_diff(rel, before, after)
+            await run_blocking(lambda: ws.write(path, edit.after, guard=guard), size_hint=size)
+        diff = edit.diff(rel)
         return ToolOutput.text(
             diff,
             metadata={
                 "path": rel,
-                "line": line,
+                "line": edit.line,
                 "lines_removed": input["old_str"].count("\n") + 1,
                 "lines_added": input["new_str"].count("\n") + 1,
                 "diff": diff,
@@ -310,30 +315,68 @@ class PatchFileTool:
             files_modified=[rel],
         )
 
-    async def cancel(self) -> bool:
-        return False
+    def prepare(self, input: dict[str, Any], workspace: WorkspaceFileAPI) -> PreparedEdit:
+        # Filled by preview, only when a confirmation is asked for.
+        return PreparedEdit()
 
     async def preview(
-        self, input: dict[str, Any], workspace: WorkspaceFileAPI
+        self,
+        input: dict[str, Any],
+        workspace: WorkspaceFileAPI,
+        *,
+        sandbox: Sandbox | None = None,
+        prepared: Any = None,
     ) -> ConfirmationPreview:
+        """The diff of the edit; kept in ``prepared`` for execute."""
         path: str = input["path"]
         rel = refuse_git_internals(workspace, path)
         require_file(workspace, path)
-        before, after, _ = _replace_once(workspace, path, rel, input["old_str"], input["new_str"])
-        return ConfirmationPreview(
-            text=file_diff(rel, before, after), kind="diff", projected_modifications=(rel,)
-        )
+        edit = _replace_once(workspace, path, rel, input["old_str"], input["new_str"])
+        text = edit.diff(rel)
+        if isinstance(prepared, PreparedEdit):
+            prepared.adopt(edit)  # with its diff, computed just now
+        return ConfirmationPreview(text=text, kind="diff", projected_modifications=(rel,))
+
+
+@dataclass(slots=True)
+class PreparedEdit:
+    """One patch_file call's edit as its preview computed it (before, after,
+    line, diff), so execute reuses it while the file still holds ``before``."""
+
+    before: str | None = None
+    after: str = ""
+    line: int = 0
+    _diff: str | None = None
+
+    def adopt(self, other: PreparedEdit) -> None:
+        self.before, self.after, self.line = other.before, other.after, other.line
+        self._diff = other._diff
+
+    def diff(self, rel: str) -> str:
+        """The unified diff, computed on first use only."""
+        if self._diff is None:
+            self._diff = file_diff(rel, self.before or "", self.after)
+        return self._diff
 
 
 def _replace_once(
-    ws: WorkspaceFileAPI, path: str, rel: str, old: str, new: str
-) -> tuple[str, str, int]:
-    """(before, after, line of the change) or the not-found / not-unique error."""
+    ws: WorkspaceFileAPI,
+    path: str,
+    rel: str,
+    old: str,
+    new: str,
+    previewed: PreparedEdit | None = None,
+) -> PreparedEdit:
+    """The edit (before, after, line of the change) or the not-found /
+    not-unique error. ``previewed``: the preview's edit, reused when the file
+    still holds exactly the text it was computed from."""
     if not old:
         raise ToolExecutionError("old_str must not be empty")
     if old == new:
         raise ToolExecutionError("old_str and new_str are identical; there is nothing to change")
     text = decode_text(ws.read_bytes(path), path)
+    if previewed is not None and previewed.before == text:
+        return previewed
     lines = match_lines(text, old)
     if not lines:
         raise ToolExecutionError(f"old_str not found in {rel!r}")
@@ -343,10 +386,10 @@ def _replace_once(
             + ", ".join(str(n) for n in lines)
             + "; include more surrounding text"
         )
-    return text, text.replace(old, new, 1), lines[0]
+    return PreparedEdit(text, text.replace(old, new, 1), lines[0])
 
 
-class DeleteFileTool:
+class DeleteFileTool(BaseTool):
     """Deletes one file; only registered, and only allowed, when the
     workspace permits deletion."""
 
@@ -376,11 +419,13 @@ class DeleteFileTool:
             files_modified=[rel],
         )
 
-    async def cancel(self) -> bool:
-        return False
-
     async def preview(
-        self, input: dict[str, Any], workspace: WorkspaceFileAPI
+        self,
+        input: dict[str, Any],
+        workspace: WorkspaceFileAPI,
+        *,
+        sandbox: Sandbox | None = None,
+        prepared: Any = None,
     ) -> ConfirmationPreview:
         path: str = input["path"]
         rel = refuse_git_internals(workspace, path)

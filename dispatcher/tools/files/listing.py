@@ -5,12 +5,11 @@ no file content is opened, and no folder is entered by name."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
-import anyio.to_thread
-
-from dispatcher.tool import ToolContext, ToolOutput
+from dispatcher.tool import BaseTool, ToolContext, ToolOutput
 from dispatcher.tools.common import check_cancelled, object_schema, path_property
 from dispatcher.tools.search.globbing import name_or_path_match
 from dispatcher.tools.search.walk import Entry, Walk
@@ -28,7 +27,7 @@ def _kind(entry: Entry) -> str:
     return "dir" if entry.is_dir else "file"
 
 
-class ListDirTool:
+class ListDirTool(BaseTool):
     """Lists a folder, optionally recursively and filtered by a glob."""
 
     definition: ToolDefinition = ToolDefinition(
@@ -93,7 +92,7 @@ class ListDirTool:
                     found.append(entry)
             return start_rel, found, False
 
-        start_rel, entries, truncated = await anyio.to_thread.run_sync(run)
+        start_rel, entries, truncated = await asyncio.to_thread(run)
         check_cancelled(context, "list_dir")
         lines = [e.rel + ("/" if e.is_dir else "") for e in entries]
         text = "\n".join(lines) if lines else f"(no entries in {start_rel})"
@@ -109,11 +108,8 @@ class ListDirTool:
             },
         )
 
-    async def cancel(self) -> bool:
-        return False
 
-
-class FindFilesTool:
+class FindFilesTool(BaseTool):
     """Finds files whose name (or relative path) matches a glob."""
 
     definition: ToolDefinition = ToolDefinition(
@@ -160,7 +156,7 @@ class FindFilesTool:
                 cancelled=context.cancel_event.is_set,
             )
 
-        found, truncated = await anyio.to_thread.run_sync(run)
+        found, truncated = await asyncio.to_thread(run)
         check_cancelled(context, "find_files")
         text = "\n".join(found) if found else f"(no files match {pattern!r})"
         if truncated:
@@ -168,9 +164,6 @@ class FindFilesTool:
         return ToolOutput.text(
             text, metadata={"files": found, "count": len(found), "truncated": truncated}
         )
-
-    async def cancel(self) -> bool:
-        return False
 
 
 def find_matching_files(

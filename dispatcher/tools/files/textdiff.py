@@ -7,6 +7,10 @@ lines) and only the changed middle goes to difflib; the hunk headers are
 shifted back to the file's real line numbers. A last line without a newline
 gets git's "\\ No newline at end of file" marker, so the diff stays valid
 input for apply_patch and ``patch``.
+
+This is the one place a unified diff is made from two texts (write and
+patch results, confirmation previews, dry-run plans); ``changed_lines``
+is the one place one is measured.
 """
 
 from __future__ import annotations
@@ -51,6 +55,15 @@ def unified_file_diff(
             line = _shift(line, start)
         out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
     return "".join(out)
+
+
+def changed_lines(diff: str) -> int:
+    """Lines a unified diff adds or removes (file headers not counted)."""
+    return sum(
+        1
+        for line in diff.splitlines()
+        if line[:1] in ("+", "-") and not line.startswith(("+++ ", "--- "))
+    )
 
 
 def _shift(header: str, offset: int) -> str:

@@ -4,10 +4,10 @@ git is run and why the read tools can declare ``read``."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dispatcher.errors import ToolExecutionError, ToolValidationError
-from dispatcher.tool import ConfirmationPreview, ToolContext, ToolOutput
+from dispatcher.tool import BaseTool, ConfirmationPreview, ToolContext, ToolOutput
 from dispatcher.tools.common import (
     Options,
     check_cancelled,
@@ -29,11 +29,14 @@ from dispatcher.tools.git.runner import GitRunner, check_revision, git_error
 from dispatcher.workspace import WorkspaceFileAPI
 from protocol.canonical import SideEffects, ToolDefinition
 
+if TYPE_CHECKING:
+    from dispatcher.sandbox import Sandbox
+
 DEFAULT_DIFF_BYTES = 256 * 1024
 DEFAULT_AUTHOR = ("toolrelay", "toolrelay@localhost")
 
 
-class _GitTool:
+class _GitTool(BaseTool):
     """Shared cancel(): stop the git command in flight."""
 
     def __init__(self) -> None:
@@ -308,7 +311,12 @@ class GitCommitTool(_GitTool):
         )
 
     async def preview(
-        self, input: dict[str, Any], workspace: WorkspaceFileAPI
+        self,
+        input: dict[str, Any],
+        workspace: WorkspaceFileAPI,
+        *,
+        sandbox: Sandbox | None = None,
+        prepared: Any = None,
     ) -> ConfirmationPreview:
         paths = [refuse_git_internals(workspace, p) for p in input.get("paths", [])]
         lines = [f"git commit -m {input['message']!r}"]
@@ -428,7 +436,12 @@ class GitBranchTool(_GitTool):
         )
 
     async def preview(
-        self, input: dict[str, Any], workspace: WorkspaceFileAPI
+        self,
+        input: dict[str, Any],
+        workspace: WorkspaceFileAPI,
+        *,
+        sandbox: Sandbox | None = None,
+        prepared: Any = None,
     ) -> ConfirmationPreview:
         action = input.get("action", "list")
         text = f"git branch: {action}"

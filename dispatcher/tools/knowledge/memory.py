@@ -14,12 +14,12 @@ is still visible: an event per write, and ``GET /memory`` / ``DELETE
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import anyio.to_thread
 
 from dispatcher.errors import ToolExecutionError, ToolValidationError
-from dispatcher.tool import ToolContext, ToolOutput
+from dispatcher.tool import BaseTool, ToolContext, ToolOutput
 from dispatcher.tools.common import check_cancelled, object_schema
 from dispatcher.tools.knowledge.store import Memory, MemoryNotFound, MemoryScope
 from protocol.canonical import SideEffects, ToolDefinition
@@ -71,7 +71,14 @@ def _event(scope: MemoryScope, memory: Memory, **extra: Any) -> dict[str, Any]:
     }
 
 
-class MemoryAddTool:
+class _MemoryTool(BaseTool):
+    """What every memory tool shares: the ``memory`` options section (the
+    session's MemoryScope, see _scope)."""
+
+    options_section: ClassVar[str | None] = "memory"
+
+
+class MemoryAddTool(_MemoryTool):
     """Keeps a new memory for this workspace (and this token's user)."""
 
     definition: ToolDefinition = ToolDefinition(
@@ -119,11 +126,8 @@ class MemoryAddTool:
             f"remembered as {memory.id}", metadata={"id": memory.id, "memory": _public(memory)}
         )
 
-    async def cancel(self) -> bool:
-        return False
 
-
-class MemoryReplaceTool:
+class MemoryReplaceTool(_MemoryTool):
     """Replaces the content of one of this workspace's memories."""
 
     definition: ToolDefinition = ToolDefinition(
@@ -175,11 +179,8 @@ class MemoryReplaceTool:
             f"replaced {new.id}", metadata={"memory": _public(new), "previous": old.content}
         )
 
-    async def cancel(self) -> bool:
-        return False
 
-
-class MemorySearchTool:
+class MemorySearchTool(_MemoryTool):
     """Full-text search of this workspace's memories, best match first."""
 
     definition: ToolDefinition = ToolDefinition(
@@ -231,11 +232,8 @@ class MemorySearchTool:
         )
         return ToolOutput.text(text, metadata={"results": results})
 
-    async def cancel(self) -> bool:
-        return False
 
-
-class MemoryConsolidateTool:
+class MemoryConsolidateTool(_MemoryTool):
     """Merges this workspace's duplicate and near-duplicate memories."""
 
     definition: ToolDefinition = ToolDefinition(
@@ -308,11 +306,8 @@ class MemoryConsolidateTool:
         )
         return ToolOutput.text(text, metadata={"merges": out, "removed": removed})
 
-    async def cancel(self) -> bool:
-        return False
 
-
-class MemoryDeleteTool:
+class MemoryDeleteTool(_MemoryTool):
     """Forgets one of this workspace's memories."""
 
     definition: ToolDefinition = ToolDefinition(
@@ -340,9 +335,6 @@ class MemoryDeleteTool:
             raise ToolExecutionError(f"no memory {input['id']!r} in this workspace") from None
         scope.publish("memory.deleted", _event(scope, memory, deleted_by="tool"), context.turn_id)
         return ToolOutput.text(f"deleted {memory.id}", metadata={"id": memory.id})
-
-    async def cancel(self) -> bool:
-        return False
 
 
 MEMORY_TOOLS = (

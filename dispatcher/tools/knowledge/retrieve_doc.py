@@ -18,7 +18,7 @@ from typing import Any
 
 import anyio.to_thread
 
-from dispatcher.tool import ToolContext, ToolOutput
+from dispatcher.tool import BaseTool, ToolContext, ToolOutput
 from dispatcher.tools.common import check_cancelled, object_schema, path_property
 from dispatcher.tools.knowledge.store import fts_query
 from dispatcher.tools.search.candidates import Candidate, open_candidates, read_fd
@@ -128,7 +128,7 @@ def rank(passages: list[Passage], query: str, limit: int) -> list[tuple[Passage,
     return [(passages[r[0]], float(r[1])) for r in rows]
 
 
-class RetrieveDocTool:
+class RetrieveDocTool(BaseTool):
     """Searches the workspace's own Markdown and text docs."""
 
     definition: ToolDefinition = ToolDefinition(
@@ -211,6 +211,3 @@ class RetrieveDocTool:
             text,
             metadata={"passages": results, "files_searched": files, "truncated": truncated},
         )
-
-    async def cancel(self) -> bool:
-        return False

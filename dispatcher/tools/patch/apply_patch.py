@@ -17,7 +17,7 @@ from typing import Any
 
 from dispatcher.errors import ToolError, ToolExecutionError, ToolPermissionDenied
 from dispatcher.sandbox import Sandbox
-from dispatcher.tool import ConfirmationPreview, ToolContext, ToolOutput
+from dispatcher.tool import BaseTool, ConfirmationPreview, ToolContext, ToolOutput
 from dispatcher.tools.common import (
     check_cancelled,
     git_guard,
@@ -56,7 +56,16 @@ class _Plan:
     python_failure: str | None = None
 
 
-class ApplyPatchTool:
+@dataclass(slots=True)
+class PreparedPatch:
+    """Per-call state: the plan the preview made (the patch applied in memory,
+    possibly by GNU patch), kept so execute need not apply it again while the
+    files are still as the preview read them."""
+
+    plan: _Plan | None = None
+
+
+class ApplyPatchTool(BaseTool):
     """Applies a unified diff to one or more workspace files, atomically."""
 
     definition: ToolDefinition = ToolDefinition(
@@ -80,13 +89,19 @@ class ApplyPatchTool:
     )
     path_fields: tuple[str, ...] = ("path",)
 
+    def prepare(self, input: dict[str, Any], workspace: WorkspaceFileAPI) -> PreparedPatch:
+        # Filled by preview, only when a confirmation is asked for.
+        return PreparedPatch()
+
     async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:
         check_cancelled(context, "apply_patch")
         ws = context.workspace_files
         files = parse_unified_diff(input["patch"], default_path=input.get("path"))
         targets = _targets(ws, files, input.get("path"))
+        prepared = context.prepared
+        previewed = prepared.plan if isinstance(prepared, PreparedPatch) else None
         async with locked_paths(t.lock_key for t in targets):
-            plan = await _plan(ws, targets, context.sandbox)
+            plan = await _plan(ws, targets, context.sandbox, previewed)
             deleting = [rel for rel, data in plan.after.items() if data is None]
             if deleting and not ws.allow_delete:
                 raise ToolPermissionDenied(
@@ -97,22 +112,23 @@ class ApplyPatchTool:
             _commit(ws, plan)
         return _report(targets, plan)
 
-    async def cancel(self) -> bool:
-        return False
-
     async def preview(
         self,
         input: dict[str, Any],
         workspace: WorkspaceFileAPI,
         *,
         sandbox: Sandbox | None = None,
+        prepared: Any = None,
     ) -> ConfirmationPreview:
         """The diff the call would make. ``sandbox`` (the session's, from the
         dispatcher): GNU patch, should the built-in applier fail, runs there
-        as it would for the call itself, never on the host when it is on."""
+        as it would for the call itself, never on the host when it is on.
+        The plan is kept in ``prepared`` for execute."""
         files = parse_unified_diff(input["patch"], default_path=input.get("path"))
         targets = _targets(workspace, files, input.get("path"))
         plan = await _plan(workspace, targets, sandbox)
+        if isinstance(prepared, PreparedPatch):
+            prepared.plan = plan
         diffs = [_file_change_diff(t.rel, plan.before[t.rel], plan.after[t.rel]) for t in targets]
         return ConfirmationPreview(
             text="".join(diffs),
@@ -166,10 +182,17 @@ def _choose_path(ws: WorkspaceFileAPI, fp: FilePatch) -> str:
 
 
 async def _plan(
-    ws: WorkspaceFileAPI, targets: list[_Target], sandbox: Sandbox | None = None
+    ws: WorkspaceFileAPI,
+    targets: list[_Target],
+    sandbox: Sandbox | None = None,
+    previewed: _Plan | None = None,
 ) -> _Plan:
+    """Every target's bytes before and after. ``previewed``: the plan the
+    preview made, reused when the files still hold exactly what it read."""
     size = _total_size(ws, targets)
     before = await run_blocking(lambda: _read_originals(ws, targets), size_hint=size)
+    if previewed is not None and previewed.before == before:
+        return previewed
     try:
         after = await run_blocking(lambda: _apply_in_python(targets, before), size_hint=size)
         return _Plan(before, after, "builtin")

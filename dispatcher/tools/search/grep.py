@@ -40,12 +40,11 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import anyio.to_thread
-
 from dispatcher.errors import ToolExecutionError, ToolValidationError
 from dispatcher.process import guarded_exec
 from dispatcher.sandbox import Sandbox
-from dispatcher.tool import ToolContext, ToolOutput
+from dispatcher.tool import BaseTool, ToolContext, ToolOutput
+from dispatcher.tools.capped import cap, wanted
 from dispatcher.tools.common import (
     Options,
     check_cancelled,
@@ -115,14 +114,16 @@ def choose_backend(requested: str) -> str:
     return requested
 
 
-class GrepTool:
+class GrepTool(BaseTool):
     """Literal search; see the module docstring for the backend contract."""
 
     definition: ToolDefinition = ToolDefinition(
         name="grep",
         description=(
-            "Search text files for a literal string (not a regex). Returns path:line:text for "
-            "each matching line. Honours .gitignore by default."
+            "Search text files for LITERAL text: the pattern is matched character for "
+            "character, never as a regular expression (use search_code for a regex). "
+            "Returns path:line:text for each matching line. Filter files with a glob "
+            "such as '*.py' or '*.{ts,tsx}'; .gitignore is honoured by default."
         ),
         input_schema=object_schema(
             {
@@ -134,7 +135,7 @@ class GrepTool:
                 "path": path_property("Folder or file to search (default: workspace root)."),
                 "file_pattern": {
                     "type": "string",
-                    "description": "Glob for file names (default '*').",
+                    "description": "Glob for file names, e.g. '*.{ts,tsx}' (default '*').",
                 },
                 "recursive": {"type": "boolean", "description": "Default true."},
                 "case_sensitive": {"type": "boolean", "description": "Default true."},
@@ -169,7 +170,7 @@ class GrepTool:
         limit: int = input.get("max_results", 100)
         ignore_case = not input.get("case_sensitive", True)
         ws = context.workspace_files
-        cands = await anyio.to_thread.run_sync(
+        cands = await asyncio.to_thread(
             lambda: _gather(
                 ws,
                 input.get("path", "."),
@@ -183,13 +184,13 @@ class GrepTool:
         )
         check_cancelled(context, "grep")
         if backend == "python":
-            found = await anyio.to_thread.run_sync(
+            found = await asyncio.to_thread(
                 lambda: python_search(
                     ws,
                     cands.files,
                     pattern,
                     ignore_case,
-                    limit + 1,
+                    wanted(limit),
                     context.cancel_event.is_set,
                     max_bytes,
                 )
@@ -201,23 +202,22 @@ class GrepTool:
                 cands.files,
                 pattern,
                 ignore_case,
-                limit + 1,
+                wanted(limit),
                 max_bytes,
                 context.sandbox,
             )
         check_cancelled(context, "grep")
-        truncated = len(found) > limit
-        found = found[:limit]
-        lines = [f"{m.path}:{m.line}:{clip_line(m.text)}" for m in found]
+        shown = cap(found, limit)
+        lines = [f"{m.path}:{m.line}:{clip_line(m.text)}" for m in shown.items]
         text = "\n".join(lines) if lines else f"(no matches in {len(cands.files)} files)"
-        if truncated:
-            text += f"\n[truncated: only the first {limit} matches are shown]"
+        if shown.truncated:
+            text += "\n" + shown.notice(limit)
         return ToolOutput.text(
             text,
             metadata={
-                "matches": [{"path": m.path, "line": m.line, "text": m.text} for m in found],
-                "count": len(found),
-                "truncated": truncated,
+                "matches": [{"path": m.path, "line": m.line, "text": m.text} for m in shown.items],
+                "count": shown.count,
+                "truncated": shown.truncated,
                 "backend": backend,
                 "files_searched": len(cands.files),
                 "skipped_files": cands.skipped,
@@ -253,9 +253,7 @@ class GrepTool:
         try:
             while len(found) < limit:
                 # Opening is file I/O: off the event loop, one chunk per hop.
-                chunk = await anyio.to_thread.run_sync(
-                    lambda: list(itertools.islice(opened, chunk_size))
-                )
+                chunk = await _open_chunk(opened, chunk_size)
                 if not chunk:
                     break
                 try:
@@ -335,6 +333,26 @@ class GrepTool:
                     f"{argv[0]} failed: {err.decode('utf-8', 'replace').strip()[-300:]}"
                 )
         return out
+
+
+async def _open_chunk(
+    opened: Iterator[tuple[int, Candidate, int]], size: int
+) -> list[tuple[int, Candidate, int]]:
+    """The next ``size`` opened candidates, opened in a worker thread.
+
+    asyncio.to_thread does not stop the thread when the caller is cancelled,
+    and the thread's result holds open descriptors: a cancellation therefore
+    waits for the thread, closes what it opened, then propagates (and
+    ``opened`` is never closed while the thread still iterates it)."""
+    hop = asyncio.ensure_future(asyncio.to_thread(lambda: list(itertools.islice(opened, size))))
+    try:
+        return await asyncio.shield(hop)
+    except asyncio.CancelledError:
+        await asyncio.wait([hop])
+        if not hop.cancelled() and hop.exception() is None:
+            for _, _, fd in hop.result():
+                os.close(fd)
+        raise
 
 
 def _argv(

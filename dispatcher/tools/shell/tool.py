@@ -31,7 +31,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from dispatcher.errors import (
     ToolCancelled,
@@ -41,8 +41,15 @@ from dispatcher.errors import (
     ToolValidationError,
 )
 from dispatcher.process import ProcessResult, ProcessRunner
-from dispatcher.sandbox import SandboxUnavailable
-from dispatcher.tool import CallRating, ConfirmationPreview, GrantScope, ToolContext, ToolOutput
+from dispatcher.sandbox import Sandbox, SandboxUnavailable
+from dispatcher.tool import (
+    BaseTool,
+    CallRating,
+    ConfirmationPreview,
+    GrantScope,
+    ToolContext,
+    ToolOutput,
+)
 from dispatcher.tools.common import Options, check_cancelled, object_schema, path_property
 from dispatcher.tools.shell.rules import Analysis, analyze, max_rating, rate_command
 from dispatcher.workspace import WorkspaceFileAPI
@@ -67,7 +74,7 @@ def _default_shell() -> str:
     return "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
 
 
-class ShellTool:
+class ShellTool(BaseTool):
     """Runs one shell command line; see the module docstring."""
 
     definition: ToolDefinition = ToolDefinition(
@@ -103,26 +110,43 @@ class ShellTool:
         side_effects=SideEffects.EXECUTE,
     )
     path_fields: tuple[str, ...] = ("cwd",)
+    # Config section ``workspaces.shell`` (timeout, allowed_only, ...), for the alias too.
+    options_section: ClassVar[str | None] = "shell"
+    # A call's own ``timeout`` (at most MAX_TIMEOUT) is enforced by the tool;
+    # the dispatcher's timeout only backs it up.
+    self_timed_up_to: ClassVar[float | None] = MAX_TIMEOUT
 
     def __init__(self) -> None:
         self._runner: ProcessRunner | None = None
 
-    # -- hooks the dispatcher calls before running -------------------------
+    # -- stages the dispatcher runs before the call ------------------------
 
-    def rate(self, input: dict[str, Any], workspace: WorkspaceFileAPI) -> CallRating:
+    def prepare(self, input: dict[str, Any], workspace: WorkspaceFileAPI) -> Analysis:
+        """The rules' analysis of the command where it would run: computed
+        once per call, then read by rate, scope, preview and execute."""
+        return _rated(input, workspace)
+
+    def rate(
+        self, input: dict[str, Any], workspace: WorkspaceFileAPI, *, prepared: Any = None
+    ) -> CallRating:
         """The call's rating; a blocklisted command is refused here, before any
         confirmation is asked for (no one should be asked to approve it)."""
-        result = _rated(input, workspace)
+        result = _analysis(prepared, input, workspace)
         if result.blocked:
             raise ToolPermissionDenied(_blocked_message(result))
         return result.rating
 
     async def preview(
-        self, input: dict[str, Any], workspace: WorkspaceFileAPI
+        self,
+        input: dict[str, Any],
+        workspace: WorkspaceFileAPI,
+        *,
+        sandbox: Sandbox | None = None,
+        prepared: Any = None,
     ) -> ConfirmationPreview:
         """The whole command and its ``env`` first (marked never to be cut),
         then where it runs and how it was rated."""
-        result = _rated(input, workspace)
+        result = _analysis(prepared, input, workspace)
         cwd = workspace.relative(workspace.resolve(input.get("cwd", ".")))
         head = [f"$ {input['command']}"]
         env = input.get("env")
@@ -135,12 +159,14 @@ class ShellTool:
         keep = len("\n".join(head))
         return ConfirmationPreview(text="\n".join(head + lines), kind="command", keep=keep)
 
-    def scope(self, input: dict[str, Any], workspace: WorkspaceFileAPI) -> GrantScope:
+    def scope(
+        self, input: dict[str, Any], workspace: WorkspaceFileAPI, *, prepared: Any = None
+    ) -> GrantScope:
         """An "allow for session" answer grants each simple command's program and
         subcommand (``npm test``, ``git status``, ``ls``) at its rating or
         lower; a later command runs unasked only when every one of its parts
         is covered (``ls && rm x`` is not covered by a grant for ``ls``)."""
-        result = _rated(input, workspace)
+        result = _analysis(prepared, input, workspace)
         ratings: dict[str, CallRating] = {}
         for part in result.parts:
             known = ratings.get(part.key)
@@ -164,8 +190,11 @@ class ShellTool:
         command: str = input["command"]
         if not command.strip():
             raise ToolValidationError("command must not be blank")
-        analysis = analyze(command)
-        if analysis.blocked:  # checked again here: execute() must hold on its own
+        # The analysis the call was rated and approved on; execute() must hold on
+        # its own too, so without one (called directly) it analyses the command.
+        prepared = context.prepared
+        analysis = prepared if isinstance(prepared, Analysis) else analyze(command)
+        if analysis.blocked:
             raise ToolPermissionDenied(_blocked_message(analysis))
         if options.boolean("allowed_only", False) and analysis.rating is CallRating.DANGEROUS:
             raise ToolPermissionDenied(
@@ -234,8 +263,8 @@ class ShellTool:
 
 
 class RunCommandTool(ShellTool):
-    """The same tool under the seeds' name; configure its options under
-    ``run_command`` too (options are looked up by the name called)."""
+    """The same tool under the seeds' name; it reads the same ``shell``
+    options section."""
 
     definition: ToolDefinition = ShellTool.definition.model_copy(
         update={
@@ -324,6 +353,11 @@ def _rated(input: dict[str, Any], workspace: WorkspaceFileAPI) -> Analysis:
         cwd=input.get("cwd"),
         env_names=list(env) if isinstance(env, Mapping) else (),
     )
+
+
+def _analysis(prepared: Any, input: dict[str, Any], workspace: WorkspaceFileAPI) -> Analysis:
+    """The prepared analysis, or a fresh one for a stage called on its own."""
+    return prepared if isinstance(prepared, Analysis) else _rated(input, workspace)
 
 
 def _blocked_message(analysis: Analysis) -> str:

@@ -10,10 +10,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dispatcher import ToolCancelled, ToolExecutionError, WorkspaceEscapeError, WorkspaceFileAPI
+from dispatcher import (
+    ToolCancelled,
+    ToolExecutionError,
+    ToolValidationError,
+    WorkspaceEscapeError,
+    WorkspaceFileAPI,
+)
 from dispatcher.tools import FindFilesTool, ListDirTool
 from dispatcher.tools.search.gitignore import is_ignored, parse_gitignore
-from dispatcher.tools.search.globbing import glob_matches
+from dispatcher.tools.search.globbing import glob_matches, name_or_path_match
 from dispatcher.tools.search.walk import walk
 from tests.dispatcher.tools.support import git, run_tool, text_of
 
@@ -165,6 +171,34 @@ async def test_find_escapes(root: Path, ws: WorkspaceFileAPI, outside: Path, pat
 )
 def test_glob_rules(pattern: str, path: str, expected: bool) -> None:
     assert glob_matches(pattern, path) is expected
+
+
+@pytest.mark.parametrize(
+    ("pattern", "path", "expected"),
+    [
+        ("*.{ts,tsx}", "src/a.ts", True),
+        ("*.{ts,tsx}", "src/a.tsx", True),
+        ("*.{ts,tsx}", "src/a.js", False),
+        ("{src/*.py,*.md}", "src/a.py", True),
+        ("{src/*.py,*.md}", "docs/x/readme.md", True),
+        ("{src/*.py,*.md}", "lib/a.py", False),
+        ("a\\{b,c}", "a{b,c}", True),
+        ("file.{1..3}", "file.2", True),
+    ],
+)
+def test_user_globs_take_braces(pattern: str, path: str, expected: bool) -> None:
+    assert name_or_path_match(pattern, path) is expected
+
+
+def test_brace_explosion_is_refused() -> None:
+    with pytest.raises(ToolValidationError, match="expands to more than"):
+        name_or_path_match("{a,b}" * 9, "x")
+
+
+async def test_find_files_with_braces(root: Path, ws: WorkspaceFileAPI) -> None:
+    _touch(root, "web/app.ts", "web/view.tsx", "web/style.css")
+    out = await run_tool(FindFilesTool, {"pattern": "*.{ts,tsx}"}, ws)
+    assert out.metadata["files"] == ["web/app.ts", "web/view.tsx"]
 
 
 # -- the .gitignore matcher agrees with git ----------------------------------------

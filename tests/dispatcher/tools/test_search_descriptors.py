@@ -22,8 +22,9 @@ import pytest
 from dispatcher import ToolContext, WorkspaceFileAPI
 from dispatcher.sandbox import Sandbox, SandboxConfig
 from dispatcher.tools import FindFilesTool, GrepTool, ListDirTool, SearchCodeTool
-from dispatcher.tools.search.candidates import gather_candidates
+from dispatcher.tools.search.candidates import gather_candidates, open_candidates
 from dispatcher.tools.search.grep import python_search
+from dispatcher.tools.search.regex_scan import compile_pattern, scan
 from dispatcher.tools.search.search_code import DEFAULT_FILE_TIMEOUT
 from dispatcher.tools.search.walk import Walk, walk
 from tests.dispatcher.tools.support import make_context, run_tool, text_of
@@ -137,22 +138,24 @@ async def test_external_backends_name_files_by_workspace_path(
         assert "/proc/" not in text_of(out)
 
 
-@pytest.mark.parametrize("sandboxed", [False, True])
-async def test_search_code_worker_gets_content_not_names(
-    tree: Path, ws: WorkspaceFileAPI, sandboxed: bool
-) -> None:
-    sandbox = _sandbox(ws) if sandboxed else None
+def test_search_code_scan_gets_content_not_names(tree: Path, ws: WorkspaceFileAPI) -> None:
     cands = gather_candidates(ws, ".", "*")
     _swap_out(tree)
-    tool = SearchCodeTool()
-    context = _context(ws, sandbox)
-    job = {"pattern": "needle", "ignore_case": False, "context": 2, "max_bytes": 1 << 20}
-    progress = await tool._search(cands.files, job, 100, DEFAULT_FILE_TIMEOUT, 3, context)
+    progress = scan(
+        open_candidates(ws, enumerate(cands.files), 1 << 20),
+        compile_pattern("needle", ignore_case=False),
+        context=2,
+        limit=100,
+        file_timeout=DEFAULT_FILE_TIMEOUT,
+        max_slow=3,
+        max_bytes=1 << 20,
+        cancelled=lambda: False,
+    )
     assert progress.matches == []
 
 
 @pytest.mark.parametrize("sandboxed", [False, True])
-async def test_search_code_finds_through_the_sandboxed_worker(
+async def test_search_code_finds_with_and_without_a_sandbox(
     tree: Path, ws: WorkspaceFileAPI, sandboxed: bool
 ) -> None:
     sandbox = _sandbox(ws) if sandboxed else None

@@ -1,0 +1,67 @@
+"""The server's side of tool metadata: the timeout it gives each tool
+(server/tool_wiring.py) and the option sections a session's tools read
+(server/dispatch_factory.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dispatcher import DispatchSession, ToolDispatcher, WorkspaceFileAPI
+from dispatcher.publisher import NullPublisher
+from dispatcher.tools import ReadFileTool
+from dispatcher.tools.shell.tool import MAX_TIMEOUT
+from server.config import Config
+from server.dispatch_factory import DispatchSessionFactory
+from server.errors import Conflict
+from server.store import SessionRecord
+from server.tool_wiring import register_tools, timeout_for
+
+
+def test_a_configured_timeout_wins_and_the_shell_keeps_its_backstop(tmp_path: Path) -> None:
+    plain = Config.model_validate({"dispatcher": {"tool_timeout": 45}})
+    assert timeout_for(ReadFileTool, plain) == 45
+    configured = Config.model_validate(
+        {"dispatcher": {"tool_timeout": 45, "tool_timeouts": {"read_file": 7}}}
+    )
+    assert timeout_for(ReadFileTool, configured) == 7
+    # Registered as the server registers them: the shell times its own calls
+    # (up to MAX_TIMEOUT), so the dispatcher's timeout is a backstop above that.
+    dispatcher = ToolDispatcher()
+    register_tools(dispatcher, configured)
+    session = DispatchSession(session_id="s", workspace=WorkspaceFileAPI(str(tmp_path)))
+    try:
+        timeouts = {e.name: e.timeout for e in dispatcher.entries_for(session)}
+    finally:
+        session.workspace.close()
+    assert timeouts["read_file"] == 7
+    assert timeouts["list_dir"] == 45
+    assert timeouts["shell"] == timeouts["run_command"] == MAX_TIMEOUT + 10
+
+
+def _record(workspace: str) -> SessionRecord:
+    return SessionRecord(id="ses_1", workspace=workspace, owner="admin", name=None, model=None)
+
+
+def test_a_session_gets_its_option_sections_by_name(tmp_path: Path) -> None:
+    config = Config.model_validate({"workspaces": {"shell": {"allowed_only": True, "timeout": 33}}})
+    factory = DispatchSessionFactory(
+        config, sandbox_config=None, memory_store=None, publisher=NullPublisher()
+    )
+    session = factory(_record(str(tmp_path)))
+    try:
+        assert session.tool_options["shell"] == {"allowed_only": True, "timeout": 33}
+        assert "memory" not in session.tool_options  # no memory store, no section
+        assert session.sandbox is None
+    finally:
+        session.workspace.close()
+
+
+def test_a_workspace_that_went_away_is_a_conflict(tmp_path: Path) -> None:
+    factory = DispatchSessionFactory(
+        Config(), sandbox_config=None, memory_store=None, publisher=NullPublisher()
+    )
+    with pytest.raises(Conflict) as caught:
+        factory(_record(str(tmp_path / "gone")))
+    assert caught.value.code == "workspace_missing"

@@ -27,13 +27,13 @@ from adapters.base import (
 )
 from adapters.clients import ProviderClients
 from adapters.errors import (
-    ProviderAuthError,
-    ProviderBadRequestError,
-    ProviderConnectionError,
+    ProviderAuthFailed,
     ProviderError,
-    ProviderResponseError,
-    ProviderTimeoutError,
-    StreamInterruptedError,
+    ProviderRejectedRequest,
+    ProviderResponseInvalid,
+    ProviderTimeout,
+    ProviderUnreachable,
+    StreamInterrupted,
     error_for_status,
 )
 from adapters.retry import RetryPolicy, Sleep, with_retries
@@ -185,7 +185,7 @@ class AnthropicAdapter:
                 # next step, the next turn) would have to open a new one.
                 yield assembler.completed
                 return
-        raise StreamInterruptedError(
+        raise StreamInterrupted(
             "the stream ended before message_stop", provider=PROVIDER, retryable=True
         )
 
@@ -268,7 +268,7 @@ class _ReplyAssembler:
             return [TextDelta(block.text)] if block.text else []
         if block.type == "tool_use":
             if not block.id or not block.name:
-                raise ProviderResponseError(
+                raise ProviderResponseInvalid(
                     f"content block {index}: tool_use without id or name", provider=PROVIDER
                 )
             self.tool_heads[index] = (block.id, block.name)
@@ -303,7 +303,7 @@ class _ReplyAssembler:
 
     def _finish(self) -> None:
         if self.text or self.tool_heads:
-            raise StreamInterruptedError(
+            raise StreamInterrupted(
                 "message_stop arrived while content blocks were still open", provider=PROVIDER
             )
         message = Message(role="assistant", content=[self.blocks[i] for i in sorted(self.blocks)])
@@ -340,16 +340,16 @@ def classify_error(exc: BaseException, *, mid_stream: bool) -> ProviderError:
             body_type=exc.type,
         )
     if isinstance(exc, anthropic.APITimeoutError | httpx2.TimeoutException):
-        return ProviderTimeoutError(f"timed out: {exc}", provider=PROVIDER)
+        return ProviderTimeout(f"timed out: {exc}", provider=PROVIDER)
     if mid_stream and isinstance(exc, anthropic.APIConnectionError | httpx2.TransportError):
-        return StreamInterruptedError(f"the stream broke off: {exc}", provider=PROVIDER)
+        return StreamInterrupted(f"the stream broke off: {exc}", provider=PROVIDER)
     if isinstance(exc, anthropic.APIConnectionError | httpx2.TransportError):
         cause = exc.__cause__ or exc
-        return ProviderConnectionError(f"cannot reach the provider: {cause}", provider=PROVIDER)
+        return ProviderUnreachable(f"cannot reach the provider: {cause}", provider=PROVIDER)
     if isinstance(exc, anthropic.APIResponseValidationError | ValueError):
-        return ProviderResponseError(f"unreadable reply: {exc}", provider=PROVIDER)
+        return ProviderResponseInvalid(f"unreadable reply: {exc}", provider=PROVIDER)
     if isinstance(exc, anthropic.CredentialsError):
-        return ProviderAuthError(str(exc), provider=PROVIDER)
+        return ProviderAuthFailed(str(exc), provider=PROVIDER)
     if isinstance(exc, anthropic.AnthropicError):
-        return ProviderBadRequestError(str(exc), provider=PROVIDER)
+        return ProviderRejectedRequest(str(exc), provider=PROVIDER)
     raise exc

@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from adapters.base import ModelRequest
-from adapters.errors import RequestConversionError
+from adapters.errors import RequestNotConvertible
 from adapters.schema_check import check_tool_definition
 from protocol.canonical import (
     ContentBlock,
@@ -79,7 +79,7 @@ def messages_to_wire(messages: list[Message]) -> list[JSON]:
     wire: list[JSON] = []
     for index, message in enumerate(messages):
         if message.role == "system":
-            raise RequestConversionError(
+            raise RequestNotConvertible(
                 f"messages[{index}]: system messages belong in the system prompt"
             )
         role = "assistant" if message.role == "assistant" else "user"
@@ -106,16 +106,16 @@ def _block_to_wire(block: ContentBlock, role: str, index: int) -> JSON | None:
         return {"type": "text", "text": block.text} if block.text else None
     if isinstance(block, ImageBlock):
         if role == "assistant":
-            raise RequestConversionError(f"{where}: an assistant message cannot hold an image")
+            raise RequestNotConvertible(f"{where}: an assistant message cannot hold an image")
         return _image_to_wire(block)
     if isinstance(block, ToolUseBlock):
         if role != "assistant":
-            raise RequestConversionError(
+            raise RequestNotConvertible(
                 f"{where}: tool_use {block.id!r} must be in an assistant message"
             )
         return {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
     if role == "assistant":
-        raise RequestConversionError(
+        raise RequestNotConvertible(
             f"{where}: tool_result {block.tool_use_id!r} cannot be in an assistant message"
         )
     result: JSON = {"type": "tool_result", "tool_use_id": block.tool_use_id}
@@ -150,7 +150,7 @@ def messages_from_wire(wire: list[JSON]) -> list[Message]:
         if isinstance(content, str):
             content = [{"type": "text", "text": content}]
         if role not in ("user", "assistant") or not isinstance(content, list):
-            raise RequestConversionError(f"wire messages[{index}] is not a user/assistant message")
+            raise RequestNotConvertible(f"wire messages[{index}] is not a user/assistant message")
         blocks = [block_from_wire(block) for block in content]
         if role == "assistant":
             messages.append(Message(role="assistant", content=blocks))
@@ -172,7 +172,7 @@ def block_from_wire(block: JSON) -> ContentBlock:
     if kind == "image":
         source = block["source"]
         if source.get("type") != "base64":
-            raise RequestConversionError(f"image source type {source.get('type')!r} unsupported")
+            raise RequestNotConvertible(f"image source type {source.get('type')!r} unsupported")
         return ImageBlock(media_type=source["media_type"], data=source["data"])
     if kind == "tool_use":
         return ToolUseBlock(id=block["id"], name=block["name"], input=block.get("input", {}))
@@ -184,11 +184,11 @@ def block_from_wire(block: JSON) -> ContentBlock:
         for entry in raw:
             converted = block_from_wire(entry)
             if not isinstance(converted, TextBlock | ImageBlock):
-                raise RequestConversionError("a tool_result may hold only text and images")
+                raise RequestNotConvertible("a tool_result may hold only text and images")
             items.append(converted)
         return ToolResultBlock(
             tool_use_id=block["tool_use_id"],
             content=items,
             is_error=bool(block.get("is_error", False)),
         )
-    raise RequestConversionError(f"Anthropic block type {kind!r} has no canonical form")
+    raise RequestNotConvertible(f"Anthropic block type {kind!r} has no canonical form")

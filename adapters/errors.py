@@ -1,25 +1,29 @@
 """The closed set of errors the adapter layer raises::
 
     AdapterError
-    ├── AdapterConfigError(ValueError)       the adapter could not be set up: a bad
-    │                                        model string, a missing key or base_url,
-    │                                        an unreadable script
-    ├── RequestConversionError(ValueError)   the canonical request holds something a
-    │                                        provider's wire format cannot carry
-    └── ProviderError                        talking to the provider failed
-        ├── ProviderAuthError                auth          never retried
-        ├── ProviderRateLimitError           rate_limit    retried (retry-after)
-        ├── ProviderUnavailableError         unavailable   retried
-        ├── ProviderTimeoutError             timeout       retried
-        ├── ProviderConnectionError          connection    retried
-        ├── StreamInterruptedError           stream_interrupted
-        ├── ProviderBadRequestError          bad_request   never retried
-        └── ProviderResponseError            bad_response
+    ├── AdapterMisconfigured(ValueError)   the adapter could not be set up: a bad
+    │                                      model string, a missing key or base_url,
+    │                                      an unreadable script
+    ├── RequestNotConvertible(ValueError)  the canonical request holds something a
+    │                                      provider's wire format cannot carry
+    └── ProviderError                      talking to the provider failed (kind)
+        ├── ProviderAuthFailed             auth                never retried
+        ├── ProviderRateLimited            rate_limit          retried (retry-after)
+        ├── ProviderUnavailable            unavailable         retried
+        ├── ProviderTimeout                timeout             retried
+        ├── ProviderUnreachable            connection          retried
+        ├── StreamInterrupted              stream_interrupted
+        ├── ProviderRejectedRequest        bad_request         never retried
+        └── ProviderResponseInvalid        bad_response
 
 Each ProviderError says whether trying again may help (``retryable``); the
 retry loop in :mod:`adapters.retry` only ever retries those, and only before
-any content reached the consumer. Every name ends in ``Error`` (the naming
-rule is in :mod:`dispatcher.errors`).
+any content reached the consumer.
+
+Naming rule, the same in every package's ``errors`` module: a base class
+(one that exists to be caught as a family) ends in ``Error``; a concrete
+exception is named for the condition it reports, without ``Error``. A
+condition refined by a narrower one keeps its condition name.
 
 The agent loop catches ``AdapterError`` and fails the turn with ``kind`` and
 the message; nothing else escapes an adapter's stream.
@@ -52,11 +56,11 @@ class AdapterError(Exception):
         self.message = message
 
 
-class AdapterConfigError(AdapterError, ValueError):
+class AdapterMisconfigured(AdapterError, ValueError):
     """The adapter cannot be built: bad model string, missing key, bad script."""
 
 
-class RequestConversionError(AdapterError, ValueError):
+class RequestNotConvertible(AdapterError, ValueError):
     """The canonical request cannot be expressed in a provider's wire format."""
 
 
@@ -89,13 +93,13 @@ class ProviderError(AdapterError):
         return f"{self.provider}: {self.kind}{status}: {self.message}"
 
 
-class ProviderAuthError(ProviderError):
+class ProviderAuthFailed(ProviderError):
     """The provider refused the credentials (HTTP 401/403). Never retried."""
 
     kind = "auth"
 
 
-class ProviderRateLimitError(ProviderError):
+class ProviderRateLimited(ProviderError):
     """HTTP 429. ``retry_after`` is the provider's requested wait in seconds."""
 
     kind = "rate_limit"
@@ -114,41 +118,41 @@ class ProviderRateLimitError(ProviderError):
         self.retry_after = retry_after
 
 
-class ProviderUnavailableError(ProviderError):
+class ProviderUnavailable(ProviderError):
     """The provider is down or overloaded (HTTP 5xx, 529, an overloaded event)."""
 
     kind = "unavailable"
     default_retryable = True
 
 
-class ProviderTimeoutError(ProviderError):
+class ProviderTimeout(ProviderError):
     """The request or the stream took longer than the configured timeout."""
 
     kind = "timeout"
     default_retryable = True
 
 
-class ProviderConnectionError(ProviderError):
+class ProviderUnreachable(ProviderError):
     """The provider could not be reached (refused, DNS, TLS, reset before a reply)."""
 
     kind = "connection"
     default_retryable = True
 
 
-class StreamInterruptedError(ProviderError):
+class StreamInterrupted(ProviderError):
     """The reply stream was cut before the provider said it was complete."""
 
     kind = "stream_interrupted"
     default_retryable = True
 
 
-class ProviderBadRequestError(ProviderError):
+class ProviderRejectedRequest(ProviderError):
     """The provider rejected the request (other 4xx: bad model, too large ...)."""
 
     kind = "bad_request"
 
 
-class ProviderResponseError(ProviderError):
+class ProviderResponseInvalid(ProviderError):
     """The provider answered with something that is not its documented format."""
 
     kind = "bad_response"
@@ -185,17 +189,17 @@ def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -
 # Error "type" strings both providers put in error bodies, mapped to our classes.
 # Used when the HTTP status alone does not tell (errors sent inside a 200 stream).
 _BODY_TYPE_CLASSES: dict[str, type[ProviderError]] = {
-    "authentication_error": ProviderAuthError,
-    "permission_error": ProviderAuthError,
-    "invalid_api_key": ProviderAuthError,
-    "rate_limit_error": ProviderRateLimitError,
-    "rate_limit_exceeded": ProviderRateLimitError,
-    "overloaded_error": ProviderUnavailableError,
-    "api_error": ProviderUnavailableError,
-    "server_error": ProviderUnavailableError,
-    "timeout_error": ProviderTimeoutError,
-    "invalid_request_error": ProviderBadRequestError,
-    "not_found_error": ProviderBadRequestError,
+    "authentication_error": ProviderAuthFailed,
+    "permission_error": ProviderAuthFailed,
+    "invalid_api_key": ProviderAuthFailed,
+    "rate_limit_error": ProviderRateLimited,
+    "rate_limit_exceeded": ProviderRateLimited,
+    "overloaded_error": ProviderUnavailable,
+    "api_error": ProviderUnavailable,
+    "server_error": ProviderUnavailable,
+    "timeout_error": ProviderTimeout,
+    "invalid_request_error": ProviderRejectedRequest,
+    "not_found_error": ProviderRejectedRequest,
 }
 
 
@@ -209,22 +213,22 @@ def error_for_status(
 ) -> ProviderError:
     """Classify an HTTP error status (or an in-stream error body type)."""
     if status in (401, 403):
-        return ProviderAuthError(message, provider=provider, status_code=status)
+        return ProviderAuthFailed(message, provider=provider, status_code=status)
     if status == 429:
         retry_after = parse_retry_after(headers or {})
-        return ProviderRateLimitError(
+        return ProviderRateLimited(
             message, provider=provider, status_code=status, retry_after=retry_after
         )
     if status == 408:
-        return ProviderTimeoutError(message, provider=provider, status_code=status)
+        return ProviderTimeout(message, provider=provider, status_code=status)
     if status >= 500:
-        return ProviderUnavailableError(message, provider=provider, status_code=status)
+        return ProviderUnavailable(message, provider=provider, status_code=status)
     if status >= 400:
-        return ProviderBadRequestError(message, provider=provider, status_code=status)
+        return ProviderRejectedRequest(message, provider=provider, status_code=status)
     # A 2xx/3xx carrying an error: an error event inside a stream. Its body type decides.
-    cls = _BODY_TYPE_CLASSES.get(body_type or "", ProviderUnavailableError)
-    if cls is ProviderRateLimitError:
-        return ProviderRateLimitError(
+    cls = _BODY_TYPE_CLASSES.get(body_type or "", ProviderUnavailable)
+    if cls is ProviderRateLimited:
+        return ProviderRateLimited(
             message,
             provider=provider,
             status_code=None,

@@ -28,12 +28,12 @@ from adapters.base import (
 )
 from adapters.clients import ProviderClients
 from adapters.errors import (
-    ProviderBadRequestError,
-    ProviderConnectionError,
     ProviderError,
-    ProviderResponseError,
-    ProviderTimeoutError,
-    StreamInterruptedError,
+    ProviderRejectedRequest,
+    ProviderResponseInvalid,
+    ProviderTimeout,
+    ProviderUnreachable,
+    StreamInterrupted,
     error_for_status,
 )
 from adapters.openai_wire import build_request
@@ -186,7 +186,7 @@ class OpenAIAdapter:
                     # sessions' callbacks run between slices.
                     await asyncio.sleep(0)
         if assembler.finish_reason is None:
-            raise StreamInterruptedError(
+            raise StreamInterrupted(
                 "the stream ended without a finish_reason", provider=self.provider
             )
         yield assembler.completed()
@@ -324,20 +324,20 @@ def classify_error(exc: BaseException, *, mid_stream: bool, provider: str) -> Pr
             body_type=body_type,
         )
     if isinstance(exc, openai.APITimeoutError | httpx2.TimeoutException):
-        return ProviderTimeoutError(f"timed out: {exc}", provider=provider)
+        return ProviderTimeout(f"timed out: {exc}", provider=provider)
     if isinstance(exc, openai.APIConnectionError | httpx2.TransportError):
         cause = exc.__cause__ or exc
         if mid_stream:
-            return StreamInterruptedError(f"the stream broke off: {cause}", provider=provider)
-        return ProviderConnectionError(f"cannot reach the provider: {cause}", provider=provider)
+            return StreamInterrupted(f"the stream broke off: {cause}", provider=provider)
+        return ProviderUnreachable(f"cannot reach the provider: {cause}", provider=provider)
     if isinstance(exc, openai.APIResponseValidationError | ValueError):
-        return ProviderResponseError(f"unreadable reply: {exc}", provider=provider)
+        return ProviderResponseInvalid(f"unreadable reply: {exc}", provider=provider)
     if isinstance(exc, openai.APIError):
         # An error object sent inside a 200 stream.
         body_type, message = _error_body(exc.body, exc.message)
         return error_for_status(200, message, provider=provider, body_type=body_type)
     if isinstance(exc, openai.OpenAIError):
-        return ProviderBadRequestError(str(exc), provider=provider)
+        return ProviderRejectedRequest(str(exc), provider=provider)
     raise exc
 
 

@@ -33,7 +33,7 @@ import json
 from typing import Any
 
 from adapters.base import ModelRequest
-from adapters.errors import RequestConversionError
+from adapters.errors import RequestNotConvertible
 from adapters.schema_check import check_tool_definition
 from adapters.tool_args import parse_tool_arguments
 from protocol.canonical import (
@@ -120,7 +120,7 @@ def messages_to_wire(messages: list[Message]) -> list[JSON]:
 def _text_only(message: Message, index: int) -> str:
     for block in message.content:
         if not isinstance(block, TextBlock):
-            raise RequestConversionError(
+            raise RequestNotConvertible(
                 f"messages[{index}] ({message.role}): only text is allowed, found {block.type}"
             )
     return message.text()
@@ -141,7 +141,7 @@ def _assistant_to_wire(message: Message, index: int) -> JSON:
                 }
             )
         else:
-            raise RequestConversionError(
+            raise RequestNotConvertible(
                 f"messages[{index}] (assistant): an assistant message cannot hold {block.type}"
             )
     text = "".join(texts)
@@ -167,7 +167,7 @@ def _user_or_tool_to_wire(message: Message, index: int) -> list[JSON]:
                 )
                 result_images.extend(_image_part(image) for image in images)
         elif isinstance(block, ToolUseBlock):
-            raise RequestConversionError(
+            raise RequestNotConvertible(
                 f"messages[{index}] ({message.role}): tool_use {block.id!r} "
                 "must be in an assistant message"
             )
@@ -239,7 +239,7 @@ def messages_from_wire(wire: list[JSON]) -> list[Message]:
             else:
                 messages.append(Message(role="tool", content=[result]))
         else:
-            raise RequestConversionError(f"wire messages[{index}] has unknown role {role!r}")
+            raise RequestNotConvertible(f"wire messages[{index}] has unknown role {role!r}")
     return messages
 
 
@@ -261,7 +261,7 @@ def _user_blocks(content: Any, index: int) -> list[ContentBlock]:
         elif part.get("type") == "image_url":
             blocks.append(_image_from_url(part["image_url"]["url"], index))
         else:
-            raise RequestConversionError(
+            raise RequestNotConvertible(
                 f"wire messages[{index}]: part type {part.get('type')!r} has no canonical form"
             )
     return blocks
@@ -270,7 +270,7 @@ def _user_blocks(content: Any, index: int) -> list[ContentBlock]:
 def _image_from_url(url: str, index: int) -> ImageBlock:
     head, sep, data = url.partition(",")
     if not (url.startswith("data:") and sep and head.endswith(";base64")):
-        raise RequestConversionError(f"wire messages[{index}]: only base64 data URLs are images")
+        raise RequestNotConvertible(f"wire messages[{index}]: only base64 data URLs are images")
     return ImageBlock(media_type=head[len("data:") : -len(";base64")], data=data)
 
 
@@ -282,7 +282,7 @@ def _assistant_from_wire(item: JSON) -> Message:
     for call in item.get("tool_calls") or []:
         arguments, problem = parse_tool_arguments(call["function"].get("arguments") or "")
         if problem is not None:
-            raise RequestConversionError(f"tool call {call['id']!r}: {problem}")
+            raise RequestNotConvertible(f"tool call {call['id']!r}: {problem}")
         blocks.append(ToolUseBlock(id=call["id"], name=call["function"]["name"], input=arguments))
     return Message(role="assistant", content=blocks)
 

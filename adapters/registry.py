@@ -29,7 +29,7 @@ from collections.abc import Mapping
 import httpx2
 
 from adapters.base import ModelAdapter
-from adapters.errors import AdapterConfigError
+from adapters.errors import AdapterMisconfigured
 from adapters.retry import RetryPolicy
 from adapters.scripted import ScriptedAdapter
 
@@ -96,11 +96,11 @@ def parse_model(model: str) -> tuple[str, str]:
     if text.startswith("scripted:"):
         path = text.removeprefix("scripted:").strip()
         if not path:
-            raise AdapterConfigError(f"model {model!r}: 'scripted:' needs a script path")
+            raise AdapterMisconfigured(f"model {model!r}: 'scripted:' needs a script path")
         return "scripted", path
     provider, sep, name = text.partition("/")
     if not sep or provider not in PROVIDERS or not name.strip():
-        raise AdapterConfigError(f"unknown model {model!r}: expected {_FORMS}")
+        raise AdapterMisconfigured(f"unknown model {model!r}: expected {_FORMS}")
     return provider, name.strip()
 
 
@@ -118,7 +118,7 @@ def create_adapter(
     """Build the adapter for ``model``; arguments override what ``env`` says.
 
     ``delta_delay`` only affects the scripted model (pacing of its deltas).
-    Raises AdapterConfigError naming the model string and what is missing.
+    Raises AdapterMisconfigured naming the model string and what is missing.
     """
     env = _environment(env)
     provider, name = parse_model(model)
@@ -134,7 +134,7 @@ def create_adapter(
         key = api_key or env.get("ANTHROPIC_API_KEY") or None
         token = None if key else env.get("ANTHROPIC_AUTH_TOKEN") or None
         if key is None and token is None:
-            raise AdapterConfigError(
+            raise AdapterMisconfigured(
                 f"model {model!r} needs ANTHROPIC_API_KEY (or ANTHROPIC_AUTH_TOKEN) in the "
                 "environment"
             )
@@ -153,10 +153,10 @@ def create_adapter(
     key = api_key or env.get("OPENAI_API_KEY") or None
     if provider == "openai":
         if key is None:
-            raise AdapterConfigError(f"model {model!r} needs OPENAI_API_KEY in the environment")
+            raise AdapterMisconfigured(f"model {model!r} needs OPENAI_API_KEY in the environment")
         url = url or OPENAI_DEFAULT_BASE_URL
     elif url is None:
-        raise AdapterConfigError(
+        raise AdapterMisconfigured(
             f"model {model!r} needs a base_url: set OPENAI_BASE_URL to the server's /v1 URL"
         )
     return OpenAIAdapter(

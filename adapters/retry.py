@@ -15,7 +15,7 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 
 from adapters.base import CONTENT_EVENTS, RetryScheduled, StreamEvent
-from adapters.errors import ProviderError, ProviderRateLimitError
+from adapters.errors import ProviderError, ProviderRateLimited
 from protocol.backoff import Backoff
 
 logger = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ class RetryPolicy:
 
     def delay_for(self, retry_index: int, error: ProviderError) -> float:
         """Seconds to wait before retry number ``retry_index`` (0-based)."""
-        if isinstance(error, ProviderRateLimitError) and error.retry_after is not None:
+        if isinstance(error, ProviderRateLimited) and error.retry_after is not None:
             return min(error.retry_after, self.max_delay)
         return self.backoff.delay(retry_index, self.rng)
 

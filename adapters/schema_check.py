@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from adapters.errors import RequestConversionError
+from adapters.errors import RequestNotConvertible
 from protocol.canonical import ToolDefinition
 
 # Keywords outside the subset, wherever they appear in a schema.
@@ -39,16 +39,16 @@ FORBIDDEN_KEYWORDS = frozenset(
 
 
 def check_tool_definition(tool: ToolDefinition) -> None:
-    """Raise RequestConversionError naming the first construct outside the subset."""
+    """Raise RequestNotConvertible naming the first construct outside the subset."""
     schema = tool.input_schema
     if schema.get("type") != "object":
-        raise RequestConversionError(
+        raise RequestNotConvertible(
             f'tool {tool.name!r}: input_schema must have "type": "object", '
             f"got {schema.get('type')!r}"
         )
     problem = _first_problem(schema, "input_schema")
     if problem is not None:
-        raise RequestConversionError(
+        raise RequestNotConvertible(
             f"tool {tool.name!r}: {problem}; it is outside the JSON-Schema subset "
             "and is never sent to a provider"
         )

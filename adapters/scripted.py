@@ -27,7 +27,7 @@ from adapters.base import (
     ToolUseStarted,
     Usage,
 )
-from adapters.errors import ProviderBadRequestError
+from adapters.errors import ProviderRejectedRequest
 from adapters.scripted_rules import rule_reply
 from adapters.scripted_script import ScriptReply, ScriptText, load_script
 from adapters.tool_args import parse_tool_arguments
@@ -88,7 +88,7 @@ class ScriptedAdapter:
         """A scripted model that reads the script at ``path`` when it first streams,
         in a worker thread: building it does no I/O, so it is safe on the event
         loop. A script that cannot be read fails that stream with
-        AdapterConfigError."""
+        AdapterMisconfigured."""
         adapter = cls(
             [], name=f"{PROVIDER}:{path}", words_per_delta=words_per_delta, delta_delay=delta_delay
         )
@@ -108,7 +108,7 @@ class ScriptedAdapter:
             return rule_reply(request.messages, request.tools)
         position = sum(1 for m in request.messages if m.role == "assistant")
         if position >= len(self.script):
-            raise ProviderBadRequestError(
+            raise ProviderRejectedRequest(
                 f"the script has {len(self.script)} replies and the conversation asks "
                 f"for reply {position + 1}",
                 provider=PROVIDER,

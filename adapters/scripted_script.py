@@ -40,7 +40,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from adapters.base import StopReason
-from adapters.errors import AdapterConfigError
+from adapters.errors import AdapterMisconfigured
 from protocol.validation_errors import describe_errors
 
 # Largest script accepted; past it the file is refused unread.
@@ -113,13 +113,13 @@ def parse_script(data: Any, *, source: str = "<script>") -> list[ScriptReply]:
         extra = sorted(set(data) - {"replies"})
         if extra or not isinstance(items, list):
             found = f"{len(extra)} other key(s)" if extra else "no 'replies' list"
-            raise AdapterConfigError(
+            raise AdapterMisconfigured(
                 f"{source}: a script is a list of replies or a mapping with only a "
                 f"'replies' list (found {found})"
             )
         data = items
     if not isinstance(data, list):
-        raise AdapterConfigError(f"{source}: a script must be a list of replies")
+        raise AdapterMisconfigured(f"{source}: a script must be a list of replies")
     normalised = [
         {"content": [{"type": "text", "text": item}]} if isinstance(item, str) else item
         for item in data
@@ -135,7 +135,7 @@ def parse_script(data: Any, *, source: str = "<script>") -> list[ScriptReply]:
                 limit=5,
             )
         )
-        raise AdapterConfigError(f"{source}: invalid script: {problems}") from None
+        raise AdapterMisconfigured(f"{source}: invalid script: {problems}") from None
 
 
 def load_script(path: str | Path) -> list[ScriptReply]:
@@ -143,14 +143,14 @@ def load_script(path: str | Path) -> list[ScriptReply]:
 
     Blocking: call it in a worker thread from async code. ``path`` is made
     absolute (relative to the working directory) and must not pass through a
-    symbolic link: give its real path. Raises AdapterConfigError naming the
+    symbolic link: give its real path. Raises AdapterMisconfigured naming the
     path and what is wrong, never quoting the file."""
     file = os.path.abspath(os.fspath(path))
     text = read_script_text(file)
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise AdapterConfigError(
+        raise AdapterMisconfigured(
             f"script {file} is not valid YAML/JSON: {_yaml_problem(exc)}"
         ) from None
     return parse_script(data, source=file)
@@ -159,16 +159,16 @@ def load_script(path: str | Path) -> list[ScriptReply]:
 def read_script_text(file: str) -> str:
     """The text of the script at absolute path ``file`` (see the module docstring)."""
     if "\x00" in file:
-        raise AdapterConfigError("a script path may not contain a NUL character")
+        raise AdapterMisconfigured("a script path may not contain a NUL character")
     fd = _open_without_links(file)
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise AdapterConfigError(
+            raise AdapterMisconfigured(
                 f"script {file} is not a regular file (it is a {_kind(info.st_mode)})"
             )
         if info.st_size > MAX_SCRIPT_BYTES:
-            raise AdapterConfigError(
+            raise AdapterMisconfigured(
                 f"script {file} is larger than the limit of {MAX_SCRIPT_BYTES} bytes "
                 f"({info.st_size} bytes)"
             )
@@ -182,17 +182,17 @@ def read_script_text(file: str) -> str:
             chunks.append(chunk)
             size += len(chunk)
         if size > MAX_SCRIPT_BYTES:
-            raise AdapterConfigError(
+            raise AdapterMisconfigured(
                 f"script {file} is larger than the limit of {MAX_SCRIPT_BYTES} bytes"
             )
     except OSError as exc:
-        raise AdapterConfigError(f"cannot read script {file}: {exc.strerror or exc}") from None
+        raise AdapterMisconfigured(f"cannot read script {file}: {exc.strerror or exc}") from None
     finally:
         os.close(fd)
     try:
         return b"".join(chunks).decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise AdapterConfigError(
+        raise AdapterMisconfigured(
             f"script {file} is not UTF-8 text (bad byte at offset {exc.start})"
         ) from None
 
@@ -202,13 +202,13 @@ def _open_without_links(file: str) -> int:
     with O_NOFOLLOW, opened non-blocking (a FIFO answers at once)."""
     parts = [p for p in file.split(os.sep) if p]
     if not parts:
-        raise AdapterConfigError(f"script {file} is not a regular file (it is a directory)")
+        raise AdapterMisconfigured(f"script {file} is not a regular file (it is a directory)")
     dir_flags = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     file_flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC
     try:
         current = os.open(os.sep, dir_flags)
     except OSError as exc:
-        raise AdapterConfigError(f"cannot read script {file}: {exc.strerror}") from None
+        raise AdapterMisconfigured(f"cannot read script {file}: {exc.strerror}") from None
     try:
         for index, part in enumerate(parts):
             last = index == len(parts) - 1
@@ -217,11 +217,11 @@ def _open_without_links(file: str) -> int:
             except OSError as exc:
                 shown = os.sep + os.sep.join(parts[: index + 1])
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(shown):
-                    raise AdapterConfigError(
+                    raise AdapterMisconfigured(
                         f"cannot read script {file}: {shown} is a symbolic link "
                         "(script paths are opened without following links; give the real path)"
                     ) from None
-                raise AdapterConfigError(
+                raise AdapterMisconfigured(
                     f"cannot read script {file}: {exc.strerror or exc}"
                 ) from None
             os.close(current)

@@ -12,7 +12,11 @@ for each side, one publisher and one live subscriber in this process:
 - lag: M events published one at a time, a millisecond apart; the time from
   the publish call to the subscriber holding the event (median, p95, max);
 - a confirmation answer (the AnswerArbiter script) run on the owner vs sent
-  from another replica through the Forwarder (median round trip).
+  from another replica through the Forwarder (median round trip);
+- through two real ``toolrelay serve`` replicas (A owns the session): the
+  HTTP round trip of ``POST .../confirmations/{id}`` answered on A (the
+  owner) vs on B (forwarded to A), each on its own pending request of a
+  write turn (``--server-answers`` of each; 0 skips the servers).
 
 On the Redis side the publisher and the subscriber are two ClusterBus
 "replicas" with their own connections; the subscriber's events come through
@@ -44,6 +48,7 @@ from eventbus import EventBus, EventLog, Subscription
 from eventbus.cluster.answers import AnswerArbiter
 from eventbus.cluster.bus import ClusterBus
 from eventbus.cluster.forwarding import Forwarder
+from tests.harness import ServerProcess
 
 BATCH = 100
 TYPE = "message.delta"
@@ -165,6 +170,63 @@ async def forwarding(url: str, calls: int) -> dict[str, float]:
     }
 
 
+async def through_servers(root: Path, url: str, answers: int) -> dict[str, float]:
+    """A confirmation answered over HTTP on the owner replica vs another one."""
+    import httpx2
+
+    token = "bench-admin-token-0123456789"
+    replicas = [
+        ServerProcess(root / name, token=token, extra_args=("--redis", url, "--replica-id", name))
+        for name in ("A", "B")
+    ]
+    workspace = root / "ws"
+    workspace.mkdir()
+    for replica in replicas:
+        replica.start()
+    times: dict[str, list[float]] = {"A": [], "B": []}
+    try:
+        a, b = replicas
+        async with a.client() as on_a, b.client() as on_b:
+            created = await on_a.post("/sessions", json={"workspace": str(workspace)})
+            sid = created.json()["id"]
+            for i in range(answers * 2):
+                name, http = ("A", on_a) if i % 2 == 0 else ("B", on_b)
+                write = {
+                    "id": f"w{i}",
+                    "name": "write_file",
+                    "input": {"path": "f", "content": "x"},
+                }
+                turn = await on_a.post(f"/sessions/{sid}/turns", json={"tool_uses": [write]})
+                tid = turn.json()["turn_id"]
+                pending: list[dict[str, Any]] = []
+                for _ in range(2000):  # bounded wait for the request to be pending
+                    body = (await on_a.get(f"/sessions/{sid}/confirmations")).json()
+                    pending = body["confirmations"]
+                    if pending:
+                        break
+                    await asyncio.sleep(0.005)
+                rid = pending[0]["request_id"]
+                url_ = f"/sessions/{sid}/turns/{tid}/confirmations/{rid}"
+                started = time.perf_counter()
+                answer = await http.post(url_, json={"decision": "allow"})
+                times[name].append(time.perf_counter() - started)
+                assert answer.status_code == 200, answer.text
+                for _ in range(2000):  # the turn ends before the next starts
+                    state = (await on_a.get(f"/sessions/{sid}/turns/{tid}")).json()
+                    if state["status"] != "running":
+                        break
+                    await asyncio.sleep(0.005)
+    except httpx2.HTTPError as exc:
+        raise SystemExit(f"the replicas failed: {exc}") from exc
+    finally:
+        for replica in replicas:
+            replica.stop()
+    return {
+        "on_owner_ms": statistics.median(times["A"]) * 1000,
+        "on_other_ms": statistics.median(times["B"]) * 1000,
+    }
+
+
 def _start_redis(root: Path) -> tuple[subprocess.Popen[bytes], str]:
     binary = shutil.which("redis-server")
     if binary is None:
@@ -191,6 +253,7 @@ async def main() -> None:
     parser.add_argument("--events", type=int, default=20_000)
     parser.add_argument("--lag-events", type=int, default=500)
     parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--server-answers", type=int, default=30)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -201,6 +264,11 @@ async def main() -> None:
                 "redis": await through_redis(url, args.events, args.lag_events),
             }
             answers = await forwarding(url, args.calls)
+            served = (
+                await through_servers(root, url, args.server_answers)
+                if args.server_answers > 0
+                else None
+            )
         finally:
             process.terminate()
             process.wait(timeout=10)
@@ -215,6 +283,12 @@ async def main() -> None:
         f"{answers['on_owner_ms']:.3f} ms, forwarded from another replica "
         f"{answers['forwarded_ms']:.3f} ms"
     )
+    if served is not None:
+        print(
+            f"POST confirmation through real replicas, median of {args.server_answers}: "
+            f"on the owner {served['on_owner_ms']:.2f} ms, on the other replica "
+            f"{served['on_other_ms']:.2f} ms"
+        )
 
 
 if __name__ == "__main__":

@@ -30,7 +30,9 @@ Targets (issue 7): median overhead <= 3x the floor (the full dispatcher with
 the durable log), >= 20,000 no-op dispatches/s on one core with the log on.
 
 Run: ``.venv/bin/python -m benchmarks.dispatch_overhead [--calls N] [--json FILE]``
-(or ``python -m benchmarks --only dispatch`` for the table with targets).
+(or ``python -m benchmarks --only dispatch`` for the table with targets);
+``--profile [--top N]`` prints a cProfile of the full pipeline with the log,
+per dispatch.
 """
 
 from __future__ import annotations
@@ -364,12 +366,71 @@ def print_report(result: dict[str, Any]) -> None:
     )
 
 
+async def _profiled(calls: int, top: int, out: Path | None) -> None:
+    """cProfile of the full pipeline with the durable log (the variant with the
+    target), loop yielding every 64 calls; prints the ``top`` functions by own
+    time in microseconds per dispatch, so per-call costs can be compared."""
+    import cProfile
+    import pstats
+
+    with tempfile.TemporaryDirectory() as tmp:
+        ws = WorkspaceFileAPI(tmp)
+        # Warm-up (imports, first-use caches) outside the profile.
+        await _through_bus(500, 1, ws, Path(tmp) / "warm.db", yield_every=YIELD_EVERY)
+        cpu0 = time.process_time()
+        # CPU time, not wall time: on a shared machine a descheduled moment would
+        # be charged to whatever function was running.
+        profile = cProfile.Profile(time.process_time)
+        profile.enable()
+        await _through_bus(calls, 1, ws, Path(tmp) / "events.db", yield_every=YIELD_EVERY)
+        profile.disable()
+        cpu = time.process_time() - cpu0
+    if out is not None:
+        profile.dump_stats(out)
+    stats = pstats.Stats(profile)
+    entries = stats.stats  # type: ignore[attr-defined]
+    rows = sorted(entries.items(), key=lambda kv: kv[1][2], reverse=True)[:top]
+    print(
+        f"cProfile, {calls} dispatches (bus + SQLite log, yield every {YIELD_EVERY}); "
+        f"CPU {cpu / calls * 1e6:.1f} us/call under the profiler (it inflates small calls)"
+    )
+    by_area: dict[str, float] = {}
+    for (file, _line, name), (_cc, _n, tottime, _cum, _callers) in entries.items():
+        area = next(
+            (
+                a
+                for a in ("dispatcher/", "eventbus/", "protocol/", "asyncio/", "pydantic")
+                if a in file
+            ),
+            f"builtin {name}" if file == "~" else "other",
+        )
+        by_area[area] = by_area.get(area, 0.0) + tottime
+    print("own CPU by area, us per dispatch:")
+    for area, spent in sorted(by_area.items(), key=lambda kv: kv[1], reverse=True)[:12]:
+        print(f"  {spent / calls * 1e6:8.2f}  {area}")
+    print(f"{'own us/call':>11} {'cum us/call':>11} {'calls/dispatch':>14}  function")
+    for (file, line, name), (_cc, ncalls, tottime, cumtime, _callers) in rows:
+        where = f"{Path(file).parent.name}/{Path(file).name}:{line}" if line else file
+        print(
+            f"{tottime / calls * 1e6:>11.2f} {cumtime / calls * 1e6:>11.2f} "
+            f"{ncalls / calls:>14.2f}  {name} ({where})"
+        )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--calls", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--profile", action="store_true", help="cProfile the full pipeline instead (top costs)"
+    )
+    parser.add_argument("--top", type=int, default=40)
+    parser.add_argument("--profile-out", type=Path, help="also dump the pstats file here")
     args = parser.parse_args(argv)
+    if args.profile:
+        asyncio.run(_profiled(args.calls, args.top, args.profile_out))
+        return
     result = asyncio.run(run(args.calls, args.rounds))
     print_report(result)
     if args.json:

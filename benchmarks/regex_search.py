@@ -70,7 +70,8 @@ async def time_tool(
         start = time.perf_counter()
         out = await factory().execute(dict(query), context(ws))
         samples.append((time.perf_counter() - start) * 1000)
-        matches = out.metadata["matches"]
+        # The legacy tool reports its matches in metadata, today's in data.
+        matches = out.data["matches"] if out.data is not None else out.metadata["matches"]
     return samples, matches
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 TOKEN_FILE = "token"  # written by `toolrelay serve` into its data dir
 
 
-class UsageError(Exception):
+class BadUsage(Exception):
     """The command line cannot be used; the message says why."""
 
 
@@ -46,10 +46,10 @@ def resolve_token(
     try:
         token = path.read_text(encoding="utf-8").strip()
     except OSError as exc:
-        raise UsageError(
+        raise BadUsage(
             f"no token: pass --token, set TOOLRELAY_TOKEN, or point --data-dir at the server's "
             f"data dir (could not read {path}: {exc.strerror})"
         ) from None
     if not token:
-        raise UsageError(f"token file {path} is empty")
+        raise BadUsage(f"token file {path} is empty")
     return token

@@ -21,8 +21,8 @@ from dispatcher.errors import (
     ToolRegistrationError,
     ToolTimeout,
     ToolUserDenied,
-    ToolValidationError,
-    WorkspaceEscapeError,
+    ToolValidationFailed,
+    WorkspaceEscape,
 )
 from dispatcher.plugins import ENTRY_POINT_GROUP, PluginLoadError, import_factory, load_plugins
 from dispatcher.policy import (
@@ -87,9 +87,9 @@ __all__ = [
     "ToolTimeout",
     "ToolUseBlock",
     "ToolUserDenied",
-    "ToolValidationError",
+    "ToolValidationFailed",
     "UnknownConfirmation",
-    "WorkspaceEscapeError",
+    "WorkspaceEscape",
     "WorkspaceFileAPI",
     "check_subset",
     "import_factory",

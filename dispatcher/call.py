@@ -7,46 +7,71 @@ need: the registered tool, the input, the session, the turn, timing,
 cancellation, the tool's prepared per-call state and the outcome. Its
 ``state`` setter is the one place a call changes state: it checks the move
 against ``ALLOWED`` and publishes the event that move means, so each event
-goes out exactly once and in order::
+goes out exactly once and in order. The road (specs/pipeline.md); a stage
+that is not configured is skipped (the table allows every skip forward)::
 
-    received ──► validated ──┬──────────────────────────────┬──► queued ──► running ──► completed
-        │            │       └──► awaiting_confirmation ────┘      │           │
-        │            │                     │                       │           │
-        └────────────┴─────────────────────┴───────────────────────┴───────────┴──► failed
-                                                                                 └──► cancelled
+    received ─► validated ─► guarded ─► pre_hooked ─► awaiting_confirmation ─┬─► queued ─► running
+                    ▲                       │                                └─► planned (dry-run)
+                    └── input rewritten ────┘
+    running ─► output_validated ─► post_hooked ─► completed
+    (every state but the terminal ones may also end in failed or cancelled)
 
 =======================  ==================================================
 move                     event(s) published
 =======================  ==================================================
+→ guarded                one ``guardrail.warning`` per warning not yet
+                         published (a rewritten input is checked again)
 → awaiting_confirmation  ``tool.confirmation_requested``
 awaiting_confirmation →  ``tool.confirmation_resolved`` first (when an answer
                          came; not when the turn's task itself was cancelled)
+→ planned                ``tool.planned`` (dry-run: recorded, not run)
 → running                ``tool.called``
-→ completed              ``tool.completed``
+→ completed              ``tool.completed`` (``structured``: the tool's data)
 → failed                 ``tool.input_invalid`` (invalid input, or a call the
                          agent loop refused), else ``tool.failed``
+                         (``blocked_by`` when a guardrail or hook refused it)
 → cancelled              ``tool.failed`` with ``error_class: cancelled``
 =======================  ==================================================
 
 While running, output chunks go out as ``tool.output_delta`` (``emit_output``).
-Stages the pipeline issue inserts (guardrails, pre/post hooks, dry-run,
-output validation) become new members of ``CallState`` and new rows of
-``ALLOWED``; the setter needs no change.
+Hook runs publish their own ``hook.completed`` (pipeline/hooks.py).
+
+Every event goes out as a typed payload (protocol.payloads) through the
+publisher's ``emit``. The payloads a call builds from its own checked
+objects and that hold no nested model use ``Payload.trusted`` (no
+re-validation): validating ``tool.called`` and ``tool.completed`` measured
+4-5 us per call, a quarter of the dispatcher's own overhead; the bus's debug
+mode still validates them. ``tool.failed`` and ``tool.confirmation_requested``
+(nested ``blocked_by`` and ``preview``) are built validated: they are rare.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
-from dispatcher.errors import ToolError, ToolErrorClass
+from dispatcher.errors import ToolError, ToolErrorClass, ToolValidationFailed
 from dispatcher.event_output import bounded_blocks, bounded_text
+from dispatcher.pipeline.dry_run import PlannedAction, recorded_message
+from dispatcher.pipeline.guardrails import GuardrailWarning
 from dispatcher.tool import CallRating, Tool, ToolContext, ToolOutput
 from protocol.canonical import ImageBlock, TextBlock, ToolResultBlock, ToolUseBlock
+from protocol.payloads import GuardrailWarning as GuardrailWarningEvent
+from protocol.payloads import (
+    Payload,
+    ToolCalled,
+    ToolCompleted,
+    ToolConfirmationRequested,
+    ToolConfirmationResolved,
+    ToolFailed,
+    ToolInputInvalid,
+    ToolOutputDelta,
+    ToolPlanned,
+)
 
 if TYPE_CHECKING:
     from dispatcher.confirmations import ConfirmationRequest, Resolution
@@ -59,32 +84,57 @@ class CallState(StrEnum):
 
     RECEIVED = "received"
     VALIDATED = "validated"
+    # Guardrails passed (warnings, if any, published).
+    GUARDED = "guarded"
+    # pre_tool_use hooks allowed the call (perhaps with a new input).
+    PRE_HOOKED = "pre_hooked"
     AWAITING_CONFIRMATION = "awaiting_confirmation"
+    # Dry-run: recorded as a planned action instead of running (terminal).
+    PLANNED = "planned"
     QUEUED = "queued"
     RUNNING = "running"
+    # The tool's structured output matched its output_schema.
+    OUTPUT_VALIDATED = "output_validated"
+    # post_tool_use hooks ran; their report is in the result.
+    POST_HOOKED = "post_hooked"
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
 
 
 _ENDS = frozenset({CallState.FAILED, CallState.CANCELLED})
+# Where a call may go once it may run: confirmation, the plan, or the queue.
+_ON_TO_RUN = frozenset({CallState.AWAITING_CONFIRMATION, CallState.PLANNED, CallState.QUEUED})
 
 ALLOWED: dict[CallState, frozenset[CallState]] = {
     # Not found, invalid input, refused by the agent loop, cancelled before it started.
     CallState.RECEIVED: frozenset({CallState.VALIDATED}) | _ENDS,
     # Outside the workspace, denied by policy, or cancelled before the queue.
-    CallState.VALIDATED: frozenset({CallState.AWAITING_CONFIRMATION, CallState.QUEUED}) | _ENDS,
+    CallState.VALIDATED: frozenset({CallState.GUARDED, CallState.PRE_HOOKED}) | _ON_TO_RUN | _ENDS,
+    # Blocked by a hook (or anything after).
+    CallState.GUARDED: frozenset({CallState.PRE_HOOKED}) | _ON_TO_RUN | _ENDS,
+    # A hook rewrote the input: validation, scope and guardrails again.
+    CallState.PRE_HOOKED: frozenset({CallState.VALIDATED}) | _ON_TO_RUN | _ENDS,
     # Denied, unanswered, or cancelled while waiting for a person.
-    CallState.AWAITING_CONFIRMATION: frozenset({CallState.QUEUED}) | _ENDS,
+    CallState.AWAITING_CONFIRMATION: frozenset({CallState.PLANNED, CallState.QUEUED}) | _ENDS,
     CallState.QUEUED: frozenset({CallState.RUNNING}) | _ENDS,
-    CallState.RUNNING: frozenset({CallState.COMPLETED}) | _ENDS,
+    CallState.RUNNING: frozenset(
+        {CallState.OUTPUT_VALIDATED, CallState.POST_HOOKED, CallState.COMPLETED}
+    )
+    | _ENDS,
+    # A handled failure the tool returned (success false) ends as failed.
+    CallState.OUTPUT_VALIDATED: frozenset({CallState.POST_HOOKED, CallState.COMPLETED}) | _ENDS,
+    CallState.POST_HOOKED: frozenset({CallState.COMPLETED}) | _ENDS,
+    CallState.PLANNED: frozenset(),
     CallState.COMPLETED: frozenset(),
     CallState.FAILED: frozenset(),
     CallState.CANCELLED: frozenset(),
 }
 TERMINAL = frozenset(state for state, moves in ALLOWED.items() if not moves)
 _VALIDATED = CallState.VALIDATED
+_GUARDED = CallState.GUARDED
 _AWAITING = CallState.AWAITING_CONFIRMATION
+_PLANNED = CallState.PLANNED
 _RUNNING = CallState.RUNNING
 _COMPLETED = CallState.COMPLETED
 _FAILED = CallState.FAILED
@@ -95,11 +145,11 @@ class InvalidTransition(RuntimeError):
     """A move the table does not allow: a bug in the dispatcher, never the model's."""
 
 
-class Publish(Protocol):
-    """The bus's ``publish`` (see dispatcher.publisher.EventPublisher)."""
+class Emit(Protocol):
+    """The bus's typed ``emit`` (see dispatcher.publisher.EventPublisher)."""
 
     def __call__(
-        self, type: str, data: Mapping[str, Any], *, session_id: str, turn_id: str | None = None
+        self, payload: Payload, *, session_id: str, turn_id: str | None = None
     ) -> None: ...
 
 
@@ -110,7 +160,8 @@ class ToolCall:
     tool_use: ToolUseBlock
     session_id: str
     turn_id: str
-    publish: Publish
+    # The publisher's ``emit``: every event of the call goes out through it.
+    emit: Emit
     # Events carry at most this much tool output (the result keeps it all).
     max_event_output_bytes: int
     session: DispatchSession | None = None
@@ -138,6 +189,17 @@ class ToolCall:
     # False for a call answered outside the dispatcher (cancelled before it
     # started, interrupted by a restart): it never ran, its duration is 0.
     timed: bool = True
+    # -- the pipeline's share; None until a configured stage sets it, so an
+    # unconfigured call allocates nothing for them.
+    # Refused by a guardrail or hook: tool.failed.data.blocked_by.
+    blocked_by: dict[str, str] | None = None
+    # Guardrail warnings (each published once, on entering ``guarded``).
+    warnings: list[GuardrailWarning] | None = None
+    # Text appended to the result the model sees (warnings, hook reports).
+    notes: list[str] | None = None
+    # Dry-run: what was recorded instead of running.
+    planned: PlannedAction | None = None
+    _warned: int = 0
     _state: CallState = CallState.RECEIVED
 
     # -- the state machine ---------------------------------------------------
@@ -157,41 +219,43 @@ class ToolCall:
         # member off its class costs a descriptor call, and this runs four
         # times per call.
         if old is _AWAITING and self.resolution is not None:
-            self._emit("tool.confirmation_resolved", self.resolution.event_data(self.tool_use.id))
-        if new is _RUNNING:
+            self._send(resolution_event(self.resolution, self.tool_use.id))
+        if new is _GUARDED:
+            self._publish_warnings()
+        elif new is _RUNNING:
             self.started = time.perf_counter()
-            self.publish(
-                "tool.called",
-                self._called_data(),
-                session_id=self.session_id,
-                turn_id=self.turn_id,
-            )
+            self._send(ToolCalled.trusted(**self._called_data()))
         elif new is _COMPLETED:
             assert self.output is not None
-            self.publish(
-                "tool.completed",
-                self._completed_data(self.output),
-                session_id=self.session_id,
-                turn_id=self.turn_id,
-            )
+            self._send(ToolCompleted.trusted(**self._completed_data(self.output)))
         elif new is _AWAITING:
             assert self.request is not None, "set the request before asking"
-            self._emit("tool.confirmation_requested", self.request.event_data())
+            self._send(ToolConfirmationRequested(**self.request.event_data()))
+        elif new is _PLANNED:
+            action = self.planned
+            assert action is not None, "record the plan before ending as planned"
+            self._send(
+                ToolPlanned(
+                    tool_use_id=action.tool_use_id,
+                    tool_name=action.tool_name,
+                    summary=action.summary,
+                    input=dict(action.input),
+                )
+            )
         elif new is _FAILED or new is _CANCELLED:
             if self.invalid is not None:
-                self._emit(
-                    "tool.input_invalid",
-                    {
-                        "tool_use_id": self.tool_use.id,
-                        "tool_name": self.tool_use.name,
-                        "errors": self.invalid,
-                    },
+                self._send(
+                    ToolInputInvalid.trusted(
+                        tool_use_id=self.tool_use.id,
+                        tool_name=self.tool_use.name,
+                        errors=self.invalid,
+                    )
                 )
             elif self.output is not None:
-                self._emit("tool.failed", self._reported_failure_data(self.output))
+                self._send(ToolFailed(**self._reported_failure_data(self.output)))
             else:
                 assert self.error is not None
-                self._emit("tool.failed", self._failed_data(self.error))
+                self._send(ToolFailed(**self._failed_data(self.error)))
 
     @property
     def done(self) -> bool:
@@ -199,10 +263,12 @@ class ToolCall:
 
     # -- stages ----------------------------------------------------------------
 
-    def validate(self) -> bool:
+    def validate(self, rewritten_by: str | None = None) -> bool:
         """The validation stage: True and ``validated`` when the input matches
         the tool's schema; else the call ends here as ``tool.input_invalid``
-        and ``result`` holds the answer for the model."""
+        and ``result`` holds the answer for the model. ``rewritten_by``: the
+        hook whose ``updatedInput`` this is; an invalid rewrite is the hook's
+        fault, not the model's, and ends as ``tool.failed`` validation_error."""
         entry = self.entry
         assert entry is not None, "look the tool up before validating"
         tool_input = self.tool_use.input
@@ -211,11 +277,43 @@ class ToolCall:
             return True
         errors = entry.validator.errors(tool_input)
         lines = "\n".join(f"- {e}" for e in errors)
+        if rewritten_by is not None:
+            self.fail(
+                ToolValidationFailed(
+                    f"The input hook {rewritten_by!r} rewrote is invalid for tool "
+                    f"{entry.name!r}:\n{lines}",
+                    validation_errors=[str(e) for e in errors],
+                )
+            )
+            return False
         self.refuse(
             [{"path": e.path, "message": e.message} for e in errors],
             f"Invalid input for tool {entry.name!r}:\n{lines}",
         )
         return False
+
+    def rewrite(self, new_input: dict[str, Any]) -> None:
+        """Take a pre_tool_use hook's ``updatedInput`` as the call's input
+        (the caller validates, scopes and guards it again)."""
+        use = self.tool_use
+        self.tool_use = ToolUseBlock(id=use.id, name=use.name, input=new_input)
+
+    def warn(self, warnings: tuple[GuardrailWarning, ...]) -> None:
+        """Keep guardrail warnings: published on entering ``guarded``, and
+        their text appended to the result the model sees."""
+        known = self.warnings
+        if known is None:
+            known = self.warnings = []
+        for warning in warnings:
+            if warning not in known:  # a re-check after a rewrite finds them again
+                known.append(warning)
+                self.note(f"[Guardrail warning ({warning.rule})]: {warning.message}")
+
+    def note(self, text: str) -> None:
+        """Text to append to the result the model sees."""
+        if self.notes is None:
+            self.notes = []
+        self.notes.append(text)
 
     @property
     def input(self) -> dict[str, Any]:
@@ -232,7 +330,12 @@ class ToolCall:
 
     def complete(self, output: ToolOutput) -> ToolResultBlock:
         """End the call with the tool's output: ``tool.completed``, or
-        ``tool.failed`` when the tool reported a handled failure as a value."""
+        ``tool.failed`` when the tool reported a handled failure as a value.
+        Notes (guardrail warnings, hook reports) are appended to its content."""
+        if self.notes:
+            # A copy: a tool may hand back an output it shares between calls.
+            note = TextBlock(text="\n\n" + "\n".join(self.notes))
+            output = dataclasses.replace(output, content=[*output.content, note])
         self.output = output
         # The content was checked (a list of blocks); skip re-validation.
         self.result = ToolResultBlock.model_construct(
@@ -254,6 +357,22 @@ class ToolCall:
         self.state = _CANCELLED if cancelled else _FAILED
         return self.result
 
+    def plan(self, action: PlannedAction) -> ToolResultBlock:
+        """End a dry-run call as recorded, not run: ``tool.planned`` and a
+        non-error result telling the model so (with the pipeline's notes:
+        a guardrail warning applies to the plan too)."""
+        self.planned = action
+        text = recorded_message(action)
+        if self.notes:
+            text += "\n\n" + "\n".join(self.notes)
+        self.result = ToolResultBlock.model_construct(
+            tool_use_id=self.tool_use.id,
+            content=[TextBlock(text=text)],
+            is_error=False,
+        )
+        self.state = _PLANNED
+        return self.result
+
     def emit_output(self, stream: str, text: str) -> None:
         """A chunk of output while the tool runs, as ``tool.output_delta``."""
         shown, size = bounded_text(text, self.max_event_output_bytes)
@@ -261,12 +380,25 @@ class ToolCall:
         if size is not None:
             data["truncated"] = True
             data["output_bytes"] = size
-        self._emit("tool.output_delta", data)
+        self._send(ToolOutputDelta.trusted(**data))
 
     # -- payloads ------------------------------------------------------------------
 
-    def _emit(self, type: str, data: Mapping[str, Any]) -> None:
-        self.publish(type, data, session_id=self.session_id, turn_id=self.turn_id)
+    def _send(self, payload: Payload) -> None:
+        self.emit(payload, session_id=self.session_id, turn_id=self.turn_id)
+
+    def _publish_warnings(self) -> None:
+        """``guardrail.warning`` for each warning not published yet."""
+        warnings = self.warnings
+        if not warnings:
+            return
+        for warning in warnings[self._warned :]:
+            self._send(
+                GuardrailWarningEvent(
+                    rule=warning.rule, message=warning.message, tool_use_id=self.tool_use.id
+                )
+            )
+        self._warned = len(warnings)
 
     def _duration_ms(self) -> float:
         since = self.started if self.started is not None else self.received
@@ -287,7 +419,7 @@ class ToolCall:
         content, output_bytes, truncated = bounded_blocks(
             [_block_json(b) for b in output.content], self.max_event_output_bytes
         )
-        return {
+        data: dict[str, Any] = {
             "tool_use_id": self.tool_use.id,
             "tool_name": self.tool_use.name,
             "duration_ms": self._duration_ms(),
@@ -298,6 +430,10 @@ class ToolCall:
             "command_executed": output.command_executed,
             "metadata": output.metadata,
         }
+        if output.data is not None:
+            # Validated against the output_schema when the tool declares one.
+            data["structured"] = output.data
+        return data
 
     def _reported_failure_data(self, output: ToolOutput) -> dict[str, Any]:
         """``tool.failed`` for a failure the tool returned as a value."""
@@ -327,6 +463,8 @@ class ToolCall:
             "duration_ms": self._duration_ms() if self.timed else 0.0,
             "partial_output": partial_output,
         }
+        if self.blocked_by is not None:
+            data["blocked_by"] = self.blocked_by
         if partial_output:
             # The event carries at most the limit of it; the result keeps all.
             shown, size = bounded_text(partial_output, limit)
@@ -360,3 +498,10 @@ __all__ = [
     "ToolCall",
     "output_text",
 ]
+
+
+def resolution_event(resolution: Resolution, tool_use_id: str) -> ToolConfirmationResolved:
+    """The one builder of ``tool.confirmation_resolved``: a call's own answer, and
+    (server/cluster.py) a lost replica's pending requests that a survivor ends
+    ``cancelled`` when no call is left to answer them."""
+    return ToolConfirmationResolved.trusted(**resolution.event_data(tool_use_id))

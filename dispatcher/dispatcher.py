@@ -2,12 +2,18 @@
 
 ``dispatch`` reads top to bottom as the road of one call (a ``ToolCall``, see
 dispatcher/call.py for its states and the events each move publishes):
-look the tool up, validate the input, check workspace paths, let the tool
-prepare, rate the call and apply the confirmation policy, wait for a slot
-under the session's cap, run a fresh instance under a timeout, and hand back
-a canonical tool_result. Every failure on that road ends as a tool_result
-with ``is_error: true`` and an event; nothing but the caller's own
-cancellation escapes ``dispatch``.
+look the tool up (the session's profile and tool filter decide what it may
+see), validate the input, check workspace paths, the session's guardrails,
+its pre_tool_use hooks (which may block or rewrite the input: a rewrite is
+validated, scoped and guarded again), let the tool prepare, rate the call
+and apply the confirmation policy (settled by the profile), record a
+write/execute call instead of running it in a dry-run, wait for a slot under
+the session's cap, run a fresh instance under a timeout, validate its
+structured output, run post_tool_use hooks, and hand back a canonical
+tool_result. Every failure on that road ends as a tool_result with
+``is_error: true`` and an event; nothing but the caller's own cancellation
+escapes ``dispatch``. The pipeline's stages cost one attribute test each
+when the session does not configure them (specs/pipeline.md).
 
 Calls the agent loop answers without running them (malformed arguments, a
 turn cancelled before they started) and calls a restart interrupted end
@@ -23,7 +29,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dispatcher.call import CallState, ToolCall, output_text
+from dispatcher.call import CallState, Emit, ToolCall, output_text
 from dispatcher.confirmations import ConfirmationBroker, ConfirmationRequest, RememberedAnswer
 from dispatcher.errors import (
     ConfirmationTimeout,
@@ -34,9 +40,19 @@ from dispatcher.errors import (
     ToolPermissionDenied,
     ToolTimeout,
     ToolUserDenied,
-    ToolValidationError,
+    ToolValidationFailed,
 )
 from dispatcher.event_output import DEFAULT_MAX_EVENT_OUTPUT_BYTES
+from dispatcher.pipeline.dry_run import PlannedAction, is_planned, plan_summary
+from dispatcher.pipeline.guardrails import Guardrails, TurnCounter
+from dispatcher.pipeline.hooks import (
+    HookContext,
+    HookEvent,
+    HookRunner,
+    block_reason,
+    format_post_hook_output,
+)
+from dispatcher.pipeline.proposed import proposed_call
 from dispatcher.policy import ConfirmMode, PolicyQuery, sandbox_floor
 from dispatcher.publisher import EventPublisher, NullPublisher
 from dispatcher.registry import RegisteredTool, ToolRegistry
@@ -72,6 +88,15 @@ _QUEUED = CallState.QUEUED
 _RUNNING = CallState.RUNNING
 _AUTO = ConfirmMode.AUTO
 _DENY = ConfirmMode.DENY
+_GUARDED = CallState.GUARDED
+_PRE_HOOKED = CallState.PRE_HOOKED
+_OUTPUT_VALIDATED = CallState.OUTPUT_VALIDATED
+_POST_HOOKED = CallState.POST_HOOKED
+_PRE_TOOL_USE = HookEvent.PRE_TOOL_USE
+_POST_TOOL_USE = HookEvent.POST_TOOL_USE
+# The classes guardrails look at: what writes files or runs commands
+# (proposed.py derives what such a call would touch).
+_GUARDED_EFFECTS = frozenset({SideEffects.WRITE, SideEffects.EXECUTE})
 
 
 class ToolDispatcher:
@@ -92,7 +117,9 @@ class ToolDispatcher:
         # Events carry at most this much tool output (the result block keeps it all).
         self.max_event_output_bytes = max_event_output_bytes
         self._registry = ToolRegistry()
-        self._publish = (publisher or NullPublisher()).publish
+        pub = publisher or NullPublisher()
+        # Every event of a call goes out typed, through the publisher's emit.
+        self._emit: Emit = pub.emit
         self.broker = broker or ConfirmationBroker()
         self.cancel_grace = cancel_grace
         self._in_flight: dict[str, set[ToolCall]] = {}
@@ -127,17 +154,37 @@ class ToolDispatcher:
 
     @staticmethod
     def _visible(entry: RegisteredTool, session: DispatchSession) -> bool:
-        return entry.group is None or entry.group not in session.hidden_groups
+        """Hidden groups, the profile's tool globs, the agent's tool filter."""
+        if entry.group is not None and entry.group in session.hidden_groups:
+            return False
+        profile = session.profile
+        if profile is not None and not profile.allows(entry.name):
+            return False
+        tool_filter = session.tool_filter
+        return tool_filter is None or tool_filter(entry.name)
+
+    def end_turn(self, session: DispatchSession, turn_id: str) -> None:
+        """Forget what the dispatcher counted for a finished turn (the files it
+        modified, for ``max_files_modified``). The turn's dry-run plan stays in
+        ``session.planned`` for the server to pop."""
+        session.turn_counters.pop(turn_id, None)
 
     # -- the road of one call ---------------------------------------------
 
     async def dispatch_all(
-        self, blocks: Sequence[ToolUseBlock], session: DispatchSession, *, turn_id: str
+        self,
+        blocks: Sequence[ToolUseBlock],
+        session: DispatchSession,
+        *,
+        turn_id: str,
+        dry_run: bool = False,
     ) -> list[ToolResultBlock]:
         """Dispatch one assistant message's calls concurrently (the session's cap
-        bounds how many run at once); results come back in block order."""
+        bounds how many run at once); results come back in block order.
+        ``dry_run``: this turn is a dry-run (so is every turn of a session
+        created with ``dry_run``)."""
         if len(blocks) == 1:
-            return [await self.dispatch(blocks[0], session, turn_id=turn_id)]
+            return [await self.dispatch(blocks[0], session, turn_id=turn_id, dry_run=dry_run)]
         seen: set[str] = set()
         jobs = []
         for block in blocks:
@@ -145,20 +192,27 @@ class ToolDispatcher:
                 jobs.append(self._duplicate(block, session, turn_id))
             else:
                 seen.add(block.id)
-                jobs.append(self.dispatch(block, session, turn_id=turn_id))
+                jobs.append(self.dispatch(block, session, turn_id=turn_id, dry_run=dry_run))
         return list(await asyncio.gather(*jobs))
 
     async def _duplicate(
         self, block: ToolUseBlock, session: DispatchSession, turn_id: str
     ) -> ToolResultBlock:
         call = self._receive(block, session, turn_id)
-        err = ToolValidationError(f"tool_use id {block.id!r} appears twice in one message")
+        err = ToolValidationFailed(f"tool_use id {block.id!r} appears twice in one message")
         return call.fail(err)
 
     async def dispatch(
-        self, tool_use: ToolUseBlock, session: DispatchSession, *, turn_id: str
+        self,
+        tool_use: ToolUseBlock,
+        session: DispatchSession,
+        *,
+        turn_id: str,
+        dry_run: bool = False,
     ) -> ToolResultBlock:
-        """Run one call end to end. Never raises except for the caller's own cancellation."""
+        """Run one call end to end. Never raises except for the caller's own
+        cancellation. ``dry_run`` (or ``session.dry_run``): a write, execute
+        or network call is recorded in ``session.planned[turn_id]``, not run."""
         call = self._receive(tool_use, session, turn_id)
         # Look-up.
         entry = self._registry.get(tool_use.name)
@@ -173,7 +227,7 @@ class ToolDispatcher:
         calls = self._in_flight.setdefault(session.session_id, set())
         calls.add(call)
         try:
-            output = await self._run(call, session)
+            output = await self._run(call, session, dry_run or session.dry_run)
         except ToolError as err:
             return call.fail(err)
         except asyncio.CancelledError:
@@ -197,18 +251,36 @@ class ToolDispatcher:
             calls.discard(call)
             if not calls:
                 self._in_flight.pop(session.session_id, None)
+        if output is None:
+            # Ended on the road (planned in a dry-run, an invalid rewrite).
+            assert call.result is not None
+            return call.result
         return call.complete(output)
 
-    async def _run(self, call: ToolCall, session: DispatchSession) -> ToolOutput:
-        """The stages after validation, in order; each raises a ToolError to end the call."""
+    async def _run(
+        self, call: ToolCall, session: DispatchSession, dry_run: bool
+    ) -> ToolOutput | None:
+        """The stages after validation, in order; each raises a ToolError to end
+        the call. None: the call ended on the way (``call.result`` holds it)."""
         assert call.state is _VALIDATED and call.entry is not None
         entry = call.entry
-        tool_input = call.tool_use.input
+        side_effects = entry.definition.side_effects
         # Workspace scope: every path argument must stay inside the workspace.
-        for name in entry.path_fields:
-            value = tool_input.get(name)
-            if isinstance(value, str):
-                session.workspace.resolve(value)
+        self._check_scope(call, session)
+        # Guardrails: deterministic rules, before any hook or person sees the call.
+        guardrails = session.guardrails
+        if guardrails is not None and not guardrails.checks_calls:
+            guardrails = None  # quality gates only: nothing to check per call
+        if guardrails is not None and side_effects in _GUARDED_EFFECTS:
+            await self._guard(call, session, guardrails)
+        # pre_tool_use hooks: may block, or rewrite the input.
+        hooks = session.hooks
+        if (
+            hooks is not None
+            and hooks.has_hooks(_PRE_TOOL_USE)
+            and not await self._pre_hooks(call, session, hooks)
+        ):
+            return None
         # The tool's per-call preparation, shared by every later stage.
         if entry.prepares:
             call.prepared = self._prepare(call, session)
@@ -218,7 +290,7 @@ class ToolDispatcher:
         mode = session.policy.mode_for(
             PolicyQuery(
                 entry.name,
-                entry.definition.side_effects,
+                side_effects,
                 call.rating,
                 session.workspace.workspace_root,
             )
@@ -227,7 +299,7 @@ class ToolDispatcher:
         # outside a sandbox an execute-class call always asks (yolo aside).
         mode = sandbox_floor(
             mode,
-            entry.definition.side_effects,
+            side_effects,
             sandboxed=session.sandbox is not None,
             policy=session.policy,
         )
@@ -235,8 +307,26 @@ class ToolDispatcher:
             raise ToolPermissionDenied(
                 f"the confirmation policy denies {entry.name!r} in this session"
             )
+        profile = session.profile
+        if profile is not None and profile.settle(mode) is _DENY:
+            # Applied last: a non-interactive profile has nobody to ask.
+            raise ToolPermissionDenied(
+                f"{entry.name!r} would need a confirmation, and the profile "
+                f"{profile.name!r} is non-interactive: refused"
+            )
         if mode is not _AUTO:
             await self._confirm(call, session, mode)
+        # Dry-run: a call that would change something is recorded, not run.
+        if dry_run and is_planned(side_effects):
+            action = PlannedAction(
+                tool_use_id=call.tool_use.id,
+                tool_name=entry.name,
+                summary=plan_summary(entry.name, call.input, side_effects),
+                input=call.input,
+            )
+            session.planned.setdefault(call.turn_id, []).append(action)
+            call.plan(action)
+            return None
         # Queue: wait for one of the session's slots.
         if call.cancel_requested:
             raise ToolCancelled("the call was cancelled before it started")
@@ -246,14 +336,159 @@ class ToolDispatcher:
                 raise ToolCancelled("the call was cancelled before it started")
             # Run: announce, then a fresh instance under the timeout.
             call.state = _RUNNING
-            return await self._execute(call, session)
+            output = await self._execute(call, session)
+        # Output validation: structured data against the declared output_schema.
+        if entry.output_validator is not None and output.data is not None:
+            self._check_output(call, output)
+        if guardrails is not None and output.files_modified:
+            # What the call reported changing (a shell's files) counts for the turn.
+            counter = session.turn_counters.get(call.turn_id)
+            if counter is not None:
+                counter.record(output.files_modified)
+        # post_tool_use hooks: their report is appended to the result.
+        if hooks is not None and output.success and hooks.has_hooks(_POST_TOOL_USE):
+            await self._post_hooks(call, session, hooks, output)
+        return output
+
+    # -- the pipeline's stages ---------------------------------------------
+
+    @staticmethod
+    def _check_scope(call: ToolCall, session: DispatchSession) -> None:
+        assert call.entry is not None
+        tool_input = call.input
+        for name in call.entry.path_fields:
+            value = tool_input.get(name)
+            if isinstance(value, str):
+                session.workspace.resolve(value)
+
+    async def _guard(
+        self, call: ToolCall, session: DispatchSession, guardrails: Guardrails
+    ) -> None:
+        """Guardrails: refuse (``blocked_by`` a rule) or pass, with warnings."""
+        assert call.entry is not None
+        entry = call.entry
+        # Deriving what the call would touch reads the current file (a diff)
+        # and resolves paths: file I/O, kept off the event loop.
+        proposed = await asyncio.to_thread(
+            proposed_call, entry.name, call.input, entry.definition.side_effects, session.workspace
+        )
+        counter = None
+        if guardrails.config.max_files_modified is not None:
+            counter = session.turn_counters.get(call.turn_id)
+            if counter is None:
+                counter = session.turn_counters[call.turn_id] = TurnCounter()
+        # Synchronous from the check to the count: concurrent calls of one
+        # turn cannot together pass max_files_modified.
+        verdict = guardrails.check(proposed, counter)
+        if verdict.warnings:
+            call.warn(verdict.warnings)
+        if verdict.blocked_by is not None:
+            call.blocked_by = verdict.blocked_by_data()
+            raise ToolPermissionDenied(
+                f"Blocked by guardrail {verdict.blocked_by}: {verdict.message}"
+            )
+        call.state = _GUARDED
+
+    async def _pre_hooks(self, call: ToolCall, session: DispatchSession, hooks: HookRunner) -> bool:
+        """pre_tool_use hooks. False: the call ended here (an invalid rewrite)."""
+        assert call.entry is not None
+        context = self._hook_context(call, session, self._input_file(call, session))
+        results = await hooks.run(_PRE_TOOL_USE, context, sandbox=session.sandbox)
+        blocked = block_reason(results)
+        if blocked is not None:
+            call.blocked_by = blocked.blocked_by_data()
+            raise ToolPermissionDenied(f"Blocked by hook {blocked.name}: {blocked.reason}")
+        rewritten_by: str | None = None
+        new_input = call.input
+        for result in results:
+            if result.decision == "error":
+                log.warning(
+                    "pre_tool_use hook %s failed (%s); the call goes on",
+                    result.name,
+                    result.reason,
+                )
+            if result.additional_context:
+                call.note(f"[Hook {result.name}]: {result.additional_context}")
+            if result.updated_input is not None:
+                rewritten_by, new_input = result.name, result.updated_input
+        call.state = _PRE_HOOKED
+        if rewritten_by is None:
+            return True
+        # The new input goes through validation, scope and guardrails again.
+        call.rewrite(new_input)
+        if not call.validate(rewritten_by=rewritten_by):
+            return False
+        self._check_scope(call, session)
+        side_effects = call.entry.definition.side_effects
+        guardrails = session.guardrails
+        if guardrails is not None and guardrails.checks_calls and side_effects in _GUARDED_EFFECTS:
+            await self._guard(call, session, guardrails)
+        return True
+
+    def _check_output(self, call: ToolCall, output: ToolOutput) -> None:
+        """Structured output against the output_schema; a mismatch is a bug in
+        the tool: logged as one, and the call fails as ``execution_error``."""
+        assert call.entry is not None and call.entry.output_validator is not None
+        entry, data = call.entry, output.data
+        validator = call.entry.output_validator
+        if validator.is_valid(data):
+            call.state = _OUTPUT_VALIDATED
+            return
+        errors = validator.errors(data)
+        log.error(
+            "tool %s returned structured output that does not match its output_schema "
+            "(a bug in the tool): %s",
+            entry.name,
+            "; ".join(str(e) for e in errors),
+        )
+        first = errors[0]
+        raise ToolExecutionError(
+            f"{entry.name} returned structured output that does not match its "
+            f"output_schema at '{first.path}': {first.message}"
+        )
+
+    async def _post_hooks(
+        self, call: ToolCall, session: DispatchSession, hooks: HookRunner, output: ToolOutput
+    ) -> None:
+        """post_tool_use hooks, once per file the call modified."""
+        files = list(output.files_modified or ())
+        context = self._hook_context(call, session, files[0] if files else None)
+        results = await hooks.run_per_file(_POST_TOOL_USE, context, files, sandbox=session.sandbox)
+        report = format_post_hook_output(results)
+        if report:
+            call.note(report)
+        call.state = _POST_HOOKED
+
+    @staticmethod
+    def _hook_context(call: ToolCall, session: DispatchSession, file: str | None) -> HookContext:
+        return HookContext(
+            session_id=session.session_id,
+            workspace=session.workspace.workspace_root,
+            tool_name=call.tool_use.name,
+            tool_input=call.input,
+            file=file,
+            tool_use_id=call.tool_use.id,
+            turn_id=call.turn_id,
+        )
+
+    @staticmethod
+    def _input_file(call: ToolCall, session: DispatchSession) -> str | None:
+        """The workspace-relative file a call names (its first path field), for
+        a pre-hook's ``{file}`` and ``file_patterns``."""
+        assert call.entry is not None
+        workspace = session.workspace
+        for name in call.entry.path_fields:
+            value = call.input.get(name)
+            if isinstance(value, str):
+                return workspace.relative(workspace.resolve(value))
+        return None
 
     def _receive(self, tool_use: ToolUseBlock, session: DispatchSession, turn_id: str) -> ToolCall:
         return ToolCall(
             tool_use,
             session.session_id,
             turn_id,
-            self._publish,
+            self._emit,
             self.max_event_output_bytes,
             session=session,
         )
@@ -474,7 +709,7 @@ class ToolDispatcher:
         ``tool.failed`` with ``error_class: cancelled``, no duration, and the
         result ``Interrupted: <reason>.``. Needs no live DispatchSession, so
         recovery after a restart can use it."""
-        call = ToolCall(block, session_id, turn_id, self._publish, self.max_event_output_bytes)
+        call = ToolCall(block, session_id, turn_id, self._emit, self.max_event_output_bytes)
         call.timed = False
         call.fail(ToolCancelled(reason))
         text = f"Interrupted: {reason}."

@@ -2,29 +2,33 @@
 
 Every ToolError becomes a ``tool_result`` with ``is_error: true`` and a
 ``tool.failed`` (or ``tool.input_invalid``) event; none escapes the dispatcher.
-Each leaf maps to one ``error_class`` wire value::
+Each class maps to one ``error_class`` wire value::
 
-    ToolError                      (base; error_class execution_error)
-    ├── ToolNotFound               not_found
-    ├── ToolValidationError        validation_error
-    ├── ToolPermissionDenied       permission_denied
-    │   └── WorkspaceEscapeError   a path resolved outside the workspace
-    ├── ToolUserDenied             user_denied
-    ├── ToolTimeout                timeout
-    ├── ToolExecutionError         execution_error
+    ToolError                          (base; error_class execution_error)
+    ├── ToolNotFound                   not_found
+    ├── ToolValidationFailed           validation_error
+    ├── ToolPermissionDenied           permission_denied
+    │   └── WorkspaceEscape            a path resolved outside the workspace
+    ├── ToolUserDenied                 user_denied
+    ├── ToolTimeout                    timeout
+    ├── ToolExecutionError             execution_error (base of the tools' own)
     │   ├── WorkspacePathNotFound      (dispatcher.workspace)
-    │   └── PatchParseError            (dispatcher.tools.patch.diff_parse)
-    ├── ToolCancelled              cancelled
-    └── ConfirmationTimeout        confirmation_timeout
+    │   └── PatchMalformed             (dispatcher.tools.patch.diff_parse)
+    ├── ToolCancelled                  cancelled
+    └── ConfirmationTimeout            confirmation_timeout
     ToolRegistrationError(ValueError)  a definition refused at registration
     └── SchemaNotExpressible           (dispatcher.mcp.schema)
 
-Naming rule, for every package: an exception's name ends in ``Error``.
-Exempt, because the names are contract: the tool outcomes above, one per
-``error_class`` (plugins raise them, clients and tests catch them), and the
-HTTP answers named for their status (server.errors and their SDK mirrors:
-``NotFound``, ``Conflict`` ...). Each package's ``errors`` module draws its
-own tree the same way.
+Naming rule, the same in every package's ``errors`` module: a base class
+(one that exists to be caught as a family) ends in ``Error``; a concrete
+exception is named for the condition it reports, without ``Error``. A
+condition refined by a narrower one keeps its condition name
+(``ToolPermissionDenied``, refined by ``WorkspaceEscape``).
+
+Elsewhere in the package: ``HunkFailed`` and ``SystemPatchFailed`` (patch),
+``ShellSyntaxInvalid`` (shell), ``MemoryNotFound`` (memory store),
+``UnknownConfirmation``, ``UnknownProfile``, ``SandboxUnavailable``, and
+``InvalidTransition`` (a bug in the call's state machine, never the model's).
 """
 
 from __future__ import annotations
@@ -74,7 +78,7 @@ class ToolNotFound(ToolError):
     error_class = ToolErrorClass.NOT_FOUND
 
 
-class ToolValidationError(ToolError):
+class ToolValidationFailed(ToolError):
     error_class = ToolErrorClass.VALIDATION_ERROR
 
     def __init__(
@@ -88,7 +92,7 @@ class ToolPermissionDenied(ToolError):
     error_class = ToolErrorClass.PERMISSION_DENIED
 
 
-class WorkspaceEscapeError(ToolPermissionDenied):
+class WorkspaceEscape(ToolPermissionDenied):
     """A path resolved outside the session's workspace root."""
 
 

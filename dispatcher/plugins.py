@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING
@@ -48,8 +48,11 @@ def load_plugins(
     *,
     import_paths: Iterable[str] = (),
     entry_points_group: str | None = ENTRY_POINT_GROUP,
+    timeouts: Mapping[str, float] | None = None,
 ) -> list[PluginLoadError]:
-    """Register every plugin factory it can; return (and log) the ones it could not."""
+    """Register every plugin factory it can; return (and log) the ones it could not.
+    ``timeouts`` (tool name -> seconds) overrides a plugin's own call timeout,
+    as ``dispatcher.tool_timeouts`` does for built-in tools."""
     errors: list[PluginLoadError] = []
     candidates: list[tuple[str, object]] = []
     for path in import_paths:
@@ -66,7 +69,11 @@ def load_plugins(
                 errors.append(PluginLoadError(source, f"{type(exc).__name__}: {exc}"))
     for source, factory in candidates:
         try:
-            dispatcher.register(factory)  # type: ignore[arg-type]
+            definition = dispatcher.register(factory)  # type: ignore[arg-type]
+            if timeouts and definition.name in timeouts:
+                # The name is known only once registered: registered again with it.
+                dispatcher.unregister(definition.name)
+                dispatcher.register(factory, timeout=timeouts[definition.name])  # type: ignore[arg-type]
         except ToolRegistrationError as exc:
             errors.append(PluginLoadError(source, str(exc)))
     for err in errors:

@@ -1,13 +1,15 @@
 """The narrow publishing interface the dispatcher needs from an event bus.
 
 ``eventbus.EventBus`` satisfies it structurally; the dispatcher never imports
-``eventbus``, so the two stay independent.
+``eventbus``, so the two stay independent. Events are typed payloads
+(protocol.payloads): each type has exactly one publisher in our code
+(tests/test_event_publishers.py; the list is in
+specs/event-bus-and-trace-catalog.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 from protocol.payloads import Payload
 
@@ -19,15 +21,6 @@ class EventPublisher(Protocol):
     and deliver the event to subscribers only after it is durably logged.
     """
 
-    def publish(
-        self,
-        type: str,
-        data: Mapping[str, Any],
-        *,
-        session_id: str,
-        turn_id: str | None = None,
-    ) -> None: ...
-
     def emit(self, payload: Payload, *, session_id: str, turn_id: str | None = None) -> None:
         """Publish a typed payload; its class (``payload.event_type``) names the type."""
         ...
@@ -35,16 +28,6 @@ class EventPublisher(Protocol):
 
 class NullPublisher:
     """Drops every event; for tools used outside a server (scripts, tests)."""
-
-    def publish(
-        self,
-        type: str,
-        data: Mapping[str, Any],
-        *,
-        session_id: str,
-        turn_id: str | None = None,
-    ) -> None:
-        return None
 
     def emit(self, payload: Payload, *, session_id: str, turn_id: str | None = None) -> None:
         return None

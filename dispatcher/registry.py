@@ -60,6 +60,9 @@ class RegisteredTool:
     # defaults (a measurable share of a no-op call's overhead).
     prepares: bool = True
     rates: bool = True
+    # The definition's output_schema compiled (same subset as inputs); None:
+    # the tool declares none and any ``ToolOutput.data`` passes through.
+    output_validator: CompiledValidator | None = None
 
 
 class ProtocolToolAdapter(BaseTool):
@@ -176,6 +179,13 @@ class ToolRegistry:
             validator = CompiledValidator(definition.input_schema)
         except ToolRegistrationError as exc:
             raise ToolRegistrationError(f"tool {name!r}: {exc}") from exc
+        output_validator = None
+        if definition.output_schema is not None:
+            # The same subset rules: a bad output schema refuses the tool.
+            try:
+                output_validator = CompiledValidator(definition.output_schema, "output_schema")
+            except ToolRegistrationError as exc:
+                raise ToolRegistrationError(f"tool {name!r}: {exc}") from exc
         stateless = instance if isinstance(instance, BaseTool) else ProtocolToolAdapter(instance)
         path_fields = tuple(stateless.path_fields)
         properties = definition.input_schema.get("properties", {})
@@ -197,6 +207,7 @@ class ToolRegistry:
             prepares=_overrides(stateless, "prepare"),
             rates=_overrides(stateless, "rate")
             and not (isinstance(stateless, ProtocolToolAdapter) and stateless.plain_rating),
+            output_validator=output_validator,
         )
         self._tools[name] = entry
         return entry
@@ -223,9 +234,10 @@ def _overrides(tool: BaseTool, stage: str) -> bool:
 def _effective_timeout(
     name: str, tool: BaseTool, definition: ToolDefinition, override: float | None
 ) -> float:
-    """The override, else the tool's declared timeout, else one by side
-    effects; raised to ``self_timed_up_to + BACKSTOP_MARGIN`` for a tool that
-    times itself, so the dispatcher never cuts a call the tool still allows."""
+    """The override (an admin's per-tool setting: used exactly as given),
+    else the tool's declared timeout, else one by side effects, raised to
+    ``self_timed_up_to + BACKSTOP_MARGIN`` for a tool that times itself, so
+    the dispatcher never cuts a call the tool still allows."""
     for candidate in (override, tool.timeout):
         if candidate is not None and candidate <= 0:
             raise ToolRegistrationError(f"tool {name!r}: timeout must be positive")
@@ -233,7 +245,7 @@ def _effective_timeout(
     if timeout is None:
         long = definition.side_effects in (SideEffects.EXECUTE, SideEffects.NETWORK)
         timeout = LONG_TIMEOUT if long else DEFAULT_TIMEOUT
-    if tool.self_timed_up_to is not None:
+    if tool.self_timed_up_to is not None and override is None:
         timeout = max(timeout, tool.self_timed_up_to + BACKSTOP_MARGIN)
     return timeout
 

@@ -79,12 +79,13 @@ BASIC_FORMATS = frozenset(
 )
 
 
-def check_subset(schema: Any) -> None:
-    """Raise ToolRegistrationError unless ``schema`` is an object schema in the subset."""
+def check_subset(schema: Any, what: str = "input_schema") -> None:
+    """Raise ToolRegistrationError unless ``schema`` is an object schema in the
+    subset; ``what`` names the schema in the message (``output_schema``)."""
     if not isinstance(schema, dict):
-        raise ToolRegistrationError("input_schema must be a JSON object (at '')")
+        raise ToolRegistrationError(f"{what} must be a JSON object (at '')")
     if schema.get("type") != "object":
-        raise ToolRegistrationError('input_schema must have "type": "object" (at \'/type\')')
+        raise ToolRegistrationError(f'{what} must have "type": "object" (at \'/type\')')
     _check_node(schema, "", is_root=True)
 
 
@@ -172,8 +173,8 @@ class CompiledValidator:
 
     __slots__ = ("_detail", "_fast")
 
-    def __init__(self, schema: dict[str, Any]) -> None:
-        check_subset(schema)
+    def __init__(self, schema: dict[str, Any], what: str = "input_schema") -> None:
+        check_subset(schema, what)
         # Draft 7 on both paths so they judge alike; formats are annotations
         # (as in Draft7Validator without a format checker), and offline: the
         # subset has no $ref, but nothing is ever fetched either way.

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from dispatcher.confirmations import RememberedAnswer
+from dispatcher.pipeline.dry_run import PlannedAction
+from dispatcher.pipeline.guardrails import Guardrails, TurnCounter
+from dispatcher.pipeline.hooks import HookRunner
+from dispatcher.pipeline.profiles import Profile
 from dispatcher.policy import ConfirmationPolicy, RulePolicy
 from dispatcher.sandbox import Sandbox
 from dispatcher.workspace import WorkspaceFileAPI
@@ -37,6 +41,24 @@ class DispatchSession:
     # prompt_once answer). The grant key is the tool's name for most tools;
     # the shell's are each command's program and subcommand (see GrantScope).
     remembered: dict[tuple[str, str], RememberedAnswer] = field(default_factory=dict)
+    # -- the execution pipeline (specs/pipeline.md); None / empty: the stage is skipped.
+    # Deterministic rules checked before hooks and confirmation.
+    guardrails: Guardrails | None = None
+    # pre_tool_use / post_tool_use hooks (and the server's other hook events).
+    hooks: HookRunner | None = None
+    # The permission profile: which tools are visible, and ``settle`` (a
+    # non-interactive profile refuses what would ask).
+    profile: Profile | None = None
+    # An agent's tool list: a name it returns False for is neither advertised
+    # nor callable (the call ends ``not_found``).
+    tool_filter: Callable[[str], bool] | None = None
+    # Every call of this session is a dry-run (a turn may also ask for one).
+    dry_run: bool = False
+    # turn_id -> actions a dry-run recorded; the server pops a turn's at its end.
+    planned: dict[str, list[PlannedAction]] = field(default_factory=dict)
+    # turn_id -> distinct paths modified (guardrails.max_files_modified);
+    # dropped by ToolDispatcher.end_turn.
+    turn_counters: dict[str, TurnCounter] = field(default_factory=dict)
     semaphore: asyncio.Semaphore = field(init=False)
 
     def __post_init__(self) -> None:

@@ -127,6 +127,8 @@ class ToolOutput:
     metadata: dict[str, Any] = field(default_factory=dict)
     files_modified: list[str] | None = None
     command_executed: str | None = None
+    # Structured result for clients, validated against definition.output_schema.
+    data: dict[str, Any] | None = None
 
     @classmethod
     def text(cls, text: str, *, success: bool = True, **kwargs: Any) -> ToolOutput:

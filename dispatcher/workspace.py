@@ -13,11 +13,11 @@ under the same rules.
 Rules of the walk:
 
 - ``..`` pops the last walked component (the physical parent, as the walk
-  knows it); it never goes above the root: that is a WorkspaceEscapeError.
+  knows it); it never goes above the root: that is a WorkspaceEscape.
 - A symbolic link met on the way is followed only by walking its target under
   the same rules: a relative target from the link's own directory, an
   absolute one only when it lies inside the root's real path (then walked from
-  the root). Anything else is a WorkspaceEscapeError (``permission_denied``).
+  the root). Anything else is a WorkspaceEscape (``permission_denied``).
   At most ``MAX_SYMLINK_HOPS`` links per path (more: ``permission_denied``).
 - Writes go to an unnamed file (O_TMPFILE) or a named temporary file in the
   target's directory, by directory descriptor, and are renamed into place with
@@ -47,8 +47,8 @@ from dispatcher.errors import (
     ToolError,
     ToolExecutionError,
     ToolPermissionDenied,
-    ToolValidationError,
-    WorkspaceEscapeError,
+    ToolValidationFailed,
+    WorkspaceEscape,
 )
 
 DEFAULT_MAX_READ_BYTES = 16 * 1024 * 1024
@@ -113,7 +113,7 @@ class WorkspaceFileAPI:
     # -- resolution -------------------------------------------------------
 
     def resolve(self, path: str) -> Path:
-        """The absolute, physical path ``path`` names, or WorkspaceEscapeError.
+        """The absolute, physical path ``path`` names, or WorkspaceEscape.
 
         For display and validation only, never to open: the name may mean
         something else by the time it is used. Folders that do not exist are
@@ -482,7 +482,7 @@ class _Walk:
             raise
         if target.startswith("/"):
             if not self.ws.contains(target):
-                raise WorkspaceEscapeError(
+                raise WorkspaceEscape(
                     f"path {self.path!r} escapes the workspace root "
                     f"(the link {'/'.join([*self.parts, name])!r} points outside it)"
                 )
@@ -516,7 +516,7 @@ class _Walk:
         for comp in self.pending:
             if comp == "..":
                 if not parts:
-                    raise WorkspaceEscapeError(f"path {self.path!r} escapes the workspace root")
+                    raise WorkspaceEscape(f"path {self.path!r} escapes the workspace root")
                 parts.pop()
             else:
                 parts.append(comp)
@@ -548,7 +548,7 @@ class _Walk:
 
     def _up(self) -> None:
         if not self.parts:
-            raise WorkspaceEscapeError(f"path {self.path!r} escapes the workspace root")
+            raise WorkspaceEscape(f"path {self.path!r} escapes the workspace root")
         # Walk down again from the root rather than opening '..': the parent
         # is then the one this walk came through, not wherever the folder is now.
         names = self.parts[:-1]
@@ -564,9 +564,9 @@ class _Walk:
 def _components(ws: WorkspaceFileAPI, path: str) -> list[str]:
     """The components of ``path`` relative to the root (not yet walked)."""
     if not isinstance(path, str):
-        raise WorkspaceEscapeError(f"path must be a string, got {type(path).__name__}")
+        raise WorkspaceEscape(f"path must be a string, got {type(path).__name__}")
     if "\x00" in path:
-        raise WorkspaceEscapeError(f"path {path!r} contains a NUL byte")
+        raise WorkspaceEscape(f"path {path!r} contains a NUL byte")
     _check_name(path)
     expanded = os.path.expanduser(path) if path.startswith("~") else path
     if expanded.startswith("/"):
@@ -577,7 +577,7 @@ def _components(ws: WorkspaceFileAPI, path: str) -> list[str]:
             # resolved here; the walk from the root descriptor still decides.
             real = os.path.realpath(expanded)
             if not ws.contains(real):
-                raise WorkspaceEscapeError(f"path {path!r} escapes the workspace root")
+                raise WorkspaceEscape(f"path {path!r} escapes the workspace root")
             expanded = real[len(ws.workspace_root) :]
     return [c for c in expanded.split("/") if c not in ("", ".")]
 
@@ -620,14 +620,14 @@ def _check_name(path: str) -> None:
     try:
         encoded = os.fsencode(path)
     except UnicodeEncodeError:
-        raise ToolValidationError(
+        raise ToolValidationFailed(
             f"path {path!r} is not a valid file name: it holds a lone surrogate"
         ) from None
     if len(encoded) >= PATH_MAX:
-        raise ToolValidationError(f"path is {len(encoded)} bytes long; the limit is {PATH_MAX}")
+        raise ToolValidationFailed(f"path is {len(encoded)} bytes long; the limit is {PATH_MAX}")
     longest = max(encoded.split(b"/"), key=len)
     if len(longest) > NAME_MAX:
-        raise ToolValidationError(
+        raise ToolValidationFailed(
             f"path {path[:80]!r}... has a name of {len(longest)} bytes; the limit is {NAME_MAX}"
         )
 

@@ -1,8 +1,8 @@
 """The publish fast path: timestamps and the envelope's JSON, as UTF-8 bytes.
 
-Every envelope is encoded once, by orjson, into UTF-8 bytes; those bytes go
-to the log process as they are and a WebSocket sends their text (decoded at
-most once per event, see eventbus.record). ``benchmarks/event_encoding.py``
+Every envelope is encoded once, by orjson, into UTF-8 bytes; the record
+keeps their text (decoded at once, one copy per event: see eventbus.record),
+which the log's append frame carries and a WebSocket sends. ``benchmarks/event_encoding.py``
 measured orjson, msgspec and the standard library's C encoder on realistic
 envelopes: orjson and msgspec were within noise of each other and 5-8 times
 faster than the standard library on a 2 KB tool output (whose ASCII escaping

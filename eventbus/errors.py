@@ -16,8 +16,16 @@
 
 Every error names what was wrong and, where a caller can recover (a cursor
 that is too old, a subscriber that fell behind), carries the number it needs
-to recover with. The naming rule (:mod:`dispatcher.errors`) says names end
-in ``Error``; the leaves above that do not are renames still to make.
+to recover with. ``InvalidEvent`` is a condition refined by narrower ones;
+``CursorError`` and ``EventLogError`` are families.
+
+Naming rule, the same in every package's ``errors`` module: a base class
+(one that exists to be caught as a family) ends in ``Error``; a concrete
+exception is named for the condition it reports, without ``Error``. A
+condition refined by a narrower one keeps its condition name.
+
+The cluster's forwarding (eventbus.cluster.forwarding) has its own small
+tree: ``ForwardError`` > ``ReplicaUnavailable``, and ``HandlerRefused``.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import sys
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -46,7 +47,7 @@ from eventbus.log_server import (
 )
 from eventbus.record import EventRecord
 
-_SEPARATOR = b"\x1e"
+_SEPARATOR = "\x1e"
 
 # The child is started with -c so that it imports this checkout's package
 # even when the server's working directory is elsewhere.
@@ -62,7 +63,9 @@ EXIT_TIMEOUT = 5.0
 # subprocess transport reads a chunk and hands it to the protocol later
 # (call_soon), so a direct read can deliver newer bytes first, and replies
 # then pair with the wrong requests (seen under load as a replay answered
-# with an append's empty acknowledgement).
+# with an append's empty acknowledgement). The replies now come over a pipe
+# read by a read-pipe transport, which hands each chunk to its protocol at
+# once (see _ReplyReader): the same one iteration saved, in order.
 
 
 class LogAccess(Protocol):
@@ -183,23 +186,24 @@ class ThreadLogAccess:
             self._executor = None
 
 
-class _ReplyProtocol(asyncio.SubprocessProtocol):
-    """The child's stdout, parsed into frames in the event loop's read callback.
+class _ReplyReader(asyncio.Protocol):
+    """The child's stdout, parsed into frames in the pipe's read callback.
 
-    Each reply resolves its request's future right there: no reader task, so a
-    commit's acknowledgement costs no extra loop iteration before the bus's
-    writer resumes (on a busy loop an iteration is milliseconds).
+    Connected with ``loop.connect_read_pipe`` to a pipe of our own rather
+    than asyncio's subprocess pipe: the subprocess transport hands each chunk
+    to its protocol with ``call_soon`` (a whole loop iteration later, which on
+    a busy loop is milliseconds), a read pipe transport calls
+    ``data_received`` right in the callback the selector woke. Each reply
+    resolves its request's future there: no reader task, no extra iteration
+    between the commit's acknowledgement and the fan-out. Only the transport
+    reads the pipe (see the note at the top of this module).
     """
 
     def __init__(self, owner: ProcessLogAccess) -> None:
         self._owner = owner
         self._buffer = bytearray()
-        self._paused: asyncio.Future[None] | None = None
-        self.exited: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
-    def pipe_data_received(self, fd: int, data: bytes) -> None:
-        if fd != 1:
-            return
+    def data_received(self, data: bytes) -> None:
         buffer = self._buffer
         buffer += data
         size_of_header = HEADER.size
@@ -214,6 +218,21 @@ class _ReplyProtocol(asyncio.SubprocessProtocol):
             start = stop
         if start:
             del buffer[:start]
+
+    def eof_received(self) -> bool:
+        return False  # close the transport: connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        # The child's stdout closed: it exited (or closed it), no reply can come.
+        self._owner._on_child_gone(bool(self._buffer))
+
+
+class _ChildProtocol(asyncio.SubprocessProtocol):
+    """The child process itself: flow control of its stdin and its exit."""
+
+    def __init__(self) -> None:
+        self._paused: asyncio.Future[None] | None = None
+        self.exited: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def pause_writing(self) -> None:
         if self._paused is None:
@@ -237,11 +256,9 @@ class _ReplyProtocol(asyncio.SubprocessProtocol):
             self.exited.set_result(None)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        # The child exited and its pipes are closed.
         self.resume_writing()
         if not self.exited.done():
             self.exited.set_result(None)
-        self._owner._on_child_gone(bool(self._buffer))
 
 
 class ProcessLogAccess:
@@ -250,7 +267,7 @@ class ProcessLogAccess:
     Requests are written as frames to the child's stdin, one ``os.write`` of
     a frame built in one piece, and answered in order on its stdout; a FIFO of
     futures pairs them up, resolved in the pipe's read callback
-    (``_ReplyProtocol``). If the child dies, every pending and later request
+    (``_ReplyReader``). If the child dies, every pending and later request
     fails with EventLogError.
     """
 
@@ -259,15 +276,15 @@ class ProcessLogAccess:
             raise ValueError("a :memory: log cannot be shared with a child process")
         self._path = path
         self._transport: asyncio.SubprocessTransport | None = None
-        self._protocol: _ReplyProtocol | None = None
+        self._protocol: _ChildProtocol | None = None
         self._stdin: asyncio.WriteTransport | None = None
+        self._replies: asyncio.ReadTransport | None = None
         # Each request's future and what to call on the loop when it succeeds.
         self._waiting: deque[tuple[asyncio.Future[tuple[bytes, bytes]], Callable[[], None] | None]]
         self._waiting = deque()
         self._started = False
         self._failure: EventLogError | None = None
         self._closing = False
-        # The child's stdout, polled directly while an append waits briefly.
         # Told when the child dies unasked, so an idle bus learns it at once
         # (not at its next write) and the server can exit for a restart.
         self.on_lost: Callable[[EventLogError], None] | None = None
@@ -281,20 +298,33 @@ class ProcessLogAccess:
         loop = asyncio.get_running_loop()
         hello: asyncio.Future[tuple[bytes, bytes]] = loop.create_future()
         self._waiting.append((hello, None))  # the handshake is the first reply
-        self._transport, self._protocol = await loop.subprocess_exec(
-            lambda: _ReplyProtocol(self),
-            sys.executable,
-            "-c",
-            _BOOT,
-            _PACKAGE_ROOT,
-            self._path,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=None,
-            # Its own session: terminal signals go to the server, which closes
-            # the log when it is done; end of stdin stops the child.
-            start_new_session=True,
-        )
+        # The replies come over a pipe of our own, read by a read pipe transport
+        # (see _ReplyReader); its write end is the child's stdout.
+        reply_fd, child_stdout = os.pipe()
+        try:
+            self._transport, self._protocol = await loop.subprocess_exec(
+                _ChildProtocol,
+                sys.executable,
+                "-c",
+                _BOOT,
+                _PACKAGE_ROOT,
+                self._path,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=child_stdout,
+                stderr=None,
+                # Its own session: terminal signals go to the server, which closes
+                # the log when it is done; end of stdin stops the child.
+                start_new_session=True,
+            )
+        except BaseException:
+            os.close(reply_fd)
+            raise
+        finally:
+            # Only the child holds the write end: its exit is our end of file.
+            os.close(child_stdout)
+        # (Wrapping a descriptor does no I/O; the transport owns and closes it.)
+        reply_pipe = os.fdopen(reply_fd, "rb", buffering=0)
+        self._replies, _ = await loop.connect_read_pipe(lambda: _ReplyReader(self), reply_pipe)
         stdin = self._transport.get_pipe_transport(0)
         assert isinstance(stdin, asyncio.WriteTransport)
         self._stdin = stdin
@@ -323,6 +353,22 @@ class ProcessLogAccess:
         if not records:
             return
         await self._reply(self._send(APPEND, pack_append(records), on_commit))
+
+    def send_append(
+        self, records: list[EventRecord], on_commit: Callable[[], None]
+    ) -> asyncio.Future[tuple[bytes, bytes]]:
+        """Write an append request now, synchronously; ``wait_append`` its reply.
+
+        For the bus to hand a batch over from ``publish`` or from the previous
+        commit's callback without waiting for its writer task to be resumed
+        (one loop iteration). ``on_commit`` runs in the reply's read callback.
+        Raises EventLogError (nothing written) when the log is closed or lost.
+        """
+        return self._send(APPEND, pack_append(records), on_commit)
+
+    async def wait_append(self, sent: asyncio.Future[tuple[bytes, bytes]]) -> None:
+        """Wait for the reply of a ``send_append``; raises like ``append``."""
+        await self._reply(sent)
 
     async def read_page(
         self,
@@ -358,6 +404,8 @@ class ProcessLogAccess:
         self._closing = True  # from here on, end of output is expected
         await self._stop_process()
         self._transport.close()
+        if self._replies is not None:
+            self._replies.close()
         self._fail_waiting(EventLogError(f"the event log {self._path!r} is closed"))
 
     def abort(self) -> None:
@@ -416,6 +464,7 @@ class ProcessLogAccess:
         if self._closing:
             return
         assert self._transport is not None
+        # (At end of output the child may not have been reaped yet.)
         code = self._transport.get_returncode()
         if not self._started:
             self._fail_waiting(EventLogError(f"the event log process exited (exit code {code})"))
@@ -460,12 +509,14 @@ class ProcessLogAccess:
 
 def pack_append(records: list[EventRecord]) -> bytes:
     """An append request's payload: the index columns as JSON, a newline, and
-    the envelopes' UTF-8 bytes joined by 0x1E (see eventbus.log_server). The
-    bytes the bus encoded go as they are: no decoding, no parsing."""
+    the envelopes' UTF-8 text joined by 0x1E (see eventbus.log_server).
+
+    The texts are joined and encoded once for the whole batch (records hold
+    text, see eventbus.record), nothing is parsed out of them."""
     meta = orjson.dumps(
         [(r.seq, r.session_seq, r.session_id, r.type, r.turn_id, r.ts) for r in records]
     )
-    return meta + b"\n" + _SEPARATOR.join([r.encoded for r in records])
+    return b"".join((meta, b"\n", _SEPARATOR.join([r.text for r in records]).encode()))
 
 
 def _error_from(payload: bytes) -> EventLogError | CursorExpired:

@@ -1,12 +1,21 @@
 """EventRecord: one event as the bus moves it around, already encoded.
 
-The bus encodes each envelope to UTF-8 JSON once, at publish time; the same
-bytes are written to the log and the same text is handed to every subscriber
-(a WebSocket sends it as is). A record made at publish time holds the bytes
-and decodes its text on first use (once, shared by every subscriber); one
-read back from the log holds the text and encodes bytes only if asked. The
-pydantic ``Event`` view is built only if someone asks for it, and this module
-imports only the standard library at load time.
+The bus encodes each envelope to UTF-8 JSON once, at publish time, and the
+record keeps it as text: the same text is written to the log (encoded once
+per batch, see eventbus.log_access.pack_append) and handed to every
+subscriber (a WebSocket sends it as is). ``size`` is the exact UTF-8 length.
+
+Why text only, decoded at once: a record held its orjson bytes and, from its
+first send on, the decoded text too, so every queued event cost twice its
+size, and the two buffers of different lifetimes fragmented the allocator:
+in ``tests/reliability/test_slow_consumer.py`` (10 readers and a stuck one,
+4 KB events) the server's RSS grew 53 MiB instead of 13 before the bytes
+came in, with the same 4 MiB of live records (tracemalloc). Decoding an
+ASCII envelope is a copy (~0.1 us for a typical event); bytes are made only
+when asked (``encoded``) and not kept.
+
+The pydantic ``Event`` view is built only if someone asks for it, and this
+module imports only the standard library at load time.
 """
 
 from __future__ import annotations
@@ -20,20 +29,21 @@ if TYPE_CHECKING:
 class EventRecord:
     """An encoded event plus the envelope fields the log indexes.
 
-    ``text`` is the JSON envelope and ``encoded`` its UTF-8 bytes, identical
-    for every reader; ``size`` is its length in bytes (for a record read back
-    from the log, its length in characters: an estimate that is exact for
-    ASCII). ``event`` parses it into an ``Event`` on first access and caches it.
+    ``text`` is the JSON envelope, identical for every reader, and
+    ``encoded`` its UTF-8 bytes (made on each access: not kept, see the module
+    docstring). ``size`` is its length in bytes when it was made from bytes
+    (at publish); for a record read back from the log, its length in
+    characters (an estimate that is exact for ASCII). ``event`` parses it into
+    an ``Event`` on first access and caches it.
     """
 
     __slots__ = (
-        "_encoded",
         "_event",
-        "_text",
         "seq",
         "session_id",
         "session_seq",
         "size",
+        "text",
         "ts",
         "turn_id",
         "type",
@@ -55,32 +65,14 @@ class EventRecord:
         self.type = type
         self.turn_id = turn_id
         self.ts = ts
-        self._encoded: bytes | None
-        self._text: str | None
-        if isinstance(text, bytes):
-            self._encoded, self._text = text, None
-        else:
-            self._encoded, self._text = None, text
         self.size = len(text)
+        self.text: str = text.decode() if isinstance(text, bytes) else text
         self._event: Event | None = None
 
     @property
-    def text(self) -> str:
-        """The envelope's JSON text (decoded once from the bytes, then cached)."""
-        text = self._text
-        if text is None:
-            assert self._encoded is not None
-            text = self._text = self._encoded.decode()
-        return text
-
-    @property
     def encoded(self) -> bytes:
-        """The envelope's JSON as UTF-8 bytes."""
-        encoded = self._encoded
-        if encoded is None:
-            assert self._text is not None
-            encoded = self._encoded = self._text.encode()
-        return encoded
+        """The envelope's JSON as UTF-8 bytes (encoded on each access)."""
+        return self.text.encode()
 
     @property
     def event(self) -> Event:
@@ -89,7 +81,7 @@ class EventRecord:
             # Imported here: the log process uses records without loading pydantic.
             from protocol.envelope import Event
 
-            self._event = Event.model_validate_json(self.encoded)
+            self._event = Event.model_validate_json(self.text)
         return self._event
 
     def cursor(self, *, per_session: bool) -> int:

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from eventbus.errors import PayloadInvalid, UnknownEventType
 from protocol.catalog import EventType
 from protocol.payloads import PAYLOAD_MODELS, Payload
+from protocol.validation_errors import describe_errors, dotted_location
 
 
 def payload_model(event_type: str) -> type[Payload]:
@@ -36,8 +37,5 @@ def validate_payload(event_type: str, data: Mapping[str, Any]) -> Payload:
     try:
         return model.model_validate(dict(data))
     except ValidationError as exc:
-        errors = [
-            f"{'.'.join(str(p) for p in err['loc']) or '<data>'}: {err['msg']}"
-            for err in exc.errors(include_url=False)
-        ]
+        errors = describe_errors(exc, where=lambda err: dotted_location(err, top_level="<data>"))
         raise PayloadInvalid(event_type, errors) from None

@@ -94,6 +94,8 @@ class ToolDefinition(_Strict):
     description: str
     input_schema: dict[str, Any]
     side_effects: SideEffects
+    # Clients read tool.completed.data.structured against this; never sent to providers.
+    output_schema: dict[str, Any] | None = None
 
 
 content_block_adapter: TypeAdapter[TextBlock | ImageBlock | ToolUseBlock | ToolResultBlock] = (

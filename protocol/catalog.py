@@ -30,3 +30,8 @@ class EventType(StrEnum):
     MEMORY_REPLACED = "memory.replaced"
     MEMORY_DELETED = "memory.deleted"
     MEMORY_CONSOLIDATED = "memory.consolidated"
+    # The execution pipeline (specs/pipeline.md).
+    HOOK_COMPLETED = "hook.completed"
+    TOOL_PLANNED = "tool.planned"
+    GUARDRAIL_WARNING = "guardrail.warning"
+    QUALITY_GATE_COMPLETED = "quality_gate.completed"

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Annotated, Any, ClassVar, Literal, NotRequired
+from typing import Annotated, Any, ClassVar, Literal, NotRequired, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, with_config
 from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
@@ -52,6 +52,10 @@ ScopeName = Literal["once", "session"]
 PreviewKind = Literal["diff", "command", "text"]
 
 NonEmpty = Annotated[str, Field(min_length=1)]
+
+# Payload.trusted builds instances the way pydantic's own model_construct does.
+_new = object.__new__
+_set = object.__setattr__
 DurationMs = Annotated[float, Field(ge=0)]
 
 
@@ -63,6 +67,42 @@ class Payload(BaseModel):
 
     model_config = ConfigDict(extra="allow", frozen=True)
     event_type: ClassVar[EventType]
+    # Field names and the defaults of optional fields, for ``trusted`` (one
+    # class attribute: each look-up on a model class costs ~0.1 us).
+    _trusted_shape: ClassVar[tuple[frozenset[str], dict[str, Any]]] = (frozenset(), {})
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        fields = cls.__pydantic_fields__
+        defaults = {
+            name: info.get_default(call_default_factory=True)
+            for name, info in fields.items()
+            if not info.is_required()
+        }
+        cls._trusted_shape = (frozenset(fields), defaults)
+
+    @classmethod
+    def trusted(cls, **data: Any) -> Self:
+        """Build the payload without validating ``data``: the fast path for
+        the hottest publishers (``tool.*`` in dispatcher/call.py), whose
+        values come from objects already checked. The result is what the
+        class call makes (defaults filled in, unknown keys kept as extras),
+        except that nested parts stay as given: pass no dict where the class
+        declares a model (``Preview``, ``BlockedBy``, ``Usage``); the bus's
+        debug mode still validates it. Cost: see
+        specs/event-bus-and-trace-catalog.md ("Publishers")."""
+        obj = _new(cls)
+        _set(obj, "__pydantic_fields_set__", set(data))
+        names, defaults = cls._trusted_shape
+        if data.keys() <= names:  # the usual case: a subset check allocates nothing
+            extra: dict[str, Any] = {}
+        else:
+            extra = {key: data.pop(key) for key in data.keys() - names}
+        _set(obj, "__dict__", {**defaults, **data} if defaults else data)
+        _set(obj, "__pydantic_extra__", extra)
+        _set(obj, "__pydantic_private__", None)
+        return obj
 
 
 class _Part(BaseModel):
@@ -88,6 +128,7 @@ class SessionDeleted(Payload):
     event_type = EventType.SESSION_DELETED
 
     reason: str | None = None
+    deleted_by: str | None = None  # the client that deleted it
 
 
 class ClientAttached(Payload):
@@ -146,6 +187,8 @@ class TurnCompleted(TurnEnded):
     usage: Usage | None
     results: int | None = None
     errors: int | None = None
+    # A dry-run turn's planned actions: [{tool_use_id, tool_name, summary, input}].
+    plan: list[dict[str, Any]] | None = None
 
 
 class TurnFailed(TurnEnded):
@@ -187,6 +230,8 @@ class ModelRetry(Payload):
     error_kind: NonEmpty
     delay_s: Annotated[float, Field(ge=0)]
     provider: str | None = None
+    status_code: int | None = None  # the provider's HTTP status, when it answered
+    step: int | None = None  # the agent loop's step whose model call failed
 
 
 # JSON-shaped parts stay plain dicts (TypedDicts, checked when validated, extra
@@ -343,6 +388,18 @@ class ToolCompleted(Payload):
     files_modified: list[str] | None
     command_executed: str | None
     metadata: dict[str, Any]
+    # The tool's structured output (ToolOutput.data), checked against the
+    # definition's output_schema when it has one; absent when the tool gave none.
+    structured: dict[str, Any] | None = None
+
+
+@with_config(ConfigDict(extra="allow"))
+class BlockedBy(TypedDict):
+    """What refused a call in the execution pipeline: a guardrail rule or a
+    hook. A TypedDict: the dispatcher hands it over as the plain dict it holds."""
+
+    kind: Literal["guardrail", "hook"]
+    name: NonEmpty
 
 
 class ToolFailed(Payload):
@@ -356,6 +413,57 @@ class ToolFailed(Payload):
     message: str
     duration_ms: DurationMs
     partial_output: str | None
+    # Set when a guardrail or a pre_tool_use hook refused the call
+    # (error_class permission_denied).
+    blocked_by: BlockedBy | None = None
+
+
+class ToolPlanned(Payload):
+    """Dry-run: the call was recorded as a planned action instead of running."""
+
+    event_type = EventType.TOOL_PLANNED
+
+    tool_use_id: NonEmpty
+    tool_name: NonEmpty
+    summary: str
+    input: dict[str, Any]
+
+
+class GuardrailWarning(Payload):
+    """A ``warn`` guardrail rule matched; the call went on and the warning
+    travels with its result."""
+
+    event_type = EventType.GUARDRAIL_WARNING
+
+    rule: NonEmpty
+    message: str
+    tool_use_id: str | None
+
+
+class HookCompleted(Payload):
+    """One lifecycle hook ran; ``tool_use_id`` is present for tool hooks."""
+
+    event_type = EventType.HOOK_COMPLETED
+
+    hook: NonEmpty
+    event: NonEmpty
+    decision: Literal["allow", "block", "error"]
+    # None when the hook timed out or could not start.
+    exit_code: int | None
+    duration_ms: DurationMs
+    tool_use_id: str | None = None
+
+
+class QualityGateCompleted(Payload):
+    """A quality gate ran at the end of a turn."""
+
+    event_type = EventType.QUALITY_GATE_COMPLETED
+
+    name: NonEmpty
+    passed: bool
+    exit_code: int | None
+    output: str
+    required: bool = True
 
 
 class ToolsChanged(Payload):
@@ -436,6 +544,10 @@ PAYLOAD_CLASSES: tuple[type[Payload], ...] = (
     MemoryReplaced,
     MemoryDeleted,
     MemoryConsolidated,
+    HookCompleted,
+    ToolPlanned,
+    GuardrailWarning,
+    QualityGateCompleted,
 )
 """Every concrete payload class, one per catalog type."""
 

@@ -14,6 +14,18 @@ One turn is a bounded, linear loop:
 5. append the tool message and go back to 2 -- at most ``model.max_steps``
    model calls per turn, after which the turn fails with reason ``step_limit``.
 
+The execution pipeline's part of a turn (server/turn_pipeline.py,
+specs/pipeline.md "The server's part"): before each model call the session's
+token budget is checked (``limits.max_tokens``: at 100 % the turn fails with
+``budget_exhausted``), older tool results are elided from what is sent when
+the conversation outgrows ``limits.context_tokens`` (``context_compress``
+hooks), and ``pre_llm_call`` hooks run (exit 2 fails the turn with
+``blocked_by_hook``); after it ``post_llm_call`` hooks run and the usage is
+added to the session's total (``budget_warning`` hooks once past the warning
+ratio). When the model ends with no tool calls, the quality gates run; a
+failing required gate is given back to the model for one more round (once
+per turn); then ``agent_complete`` hooks run.
+
 A provider error ends the turn as ``turn.failed`` (reason ``model_error``,
 with the error's kind and message); it never escapes as an exception. A
 cancellation (client, session deletion, shutdown) aborts the model stream by
@@ -47,20 +59,27 @@ from adapters.base import (
 )
 from adapters.clients import ProviderClients, SharedClientAdapter
 from adapters.errors import (
-    AdapterConfigError,
     AdapterError,
+    AdapterMisconfigured,
     ProviderError,
-    ProviderResponseError,
-    RequestConversionError,
+    ProviderResponseInvalid,
+    RequestNotConvertible,
 )
 from adapters.registry import create_adapter, default_model, parse_model
+from dispatcher.pipeline.budget import LimitsConfig
+from dispatcher.pipeline.gates import failed_required, gate_report
+from dispatcher.pipeline.hooks import HookEvent
 from protocol.canonical import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from protocol.payloads import MessageDelta, ModelRetry
+from server import turn_pipeline
+from server.agents import UnknownAgent, prompt_memories, resolve_agent
 from server.config import Config
 from server.schemas import InputLimitExceeded, check_json_limits
-from server.store import Store, TurnFailureReason
+from server.store import SessionRecord, Store, TurnFailureReason
 from server.turns import TurnContext, TurnFailure, TurnOutcome, answer_unanswered
 
 if TYPE_CHECKING:
+    from dispatcher.tools.knowledge.store import MemoryStore
     from server.runtime import Services
 
 log = logging.getLogger("toolrelay.agent")
@@ -115,13 +134,19 @@ class AgentLoop:
         *,
         env: Mapping[str, str] | None = None,
         adapter_factory: AdapterFactory | None = None,
+        memories: MemoryStore | None = None,
     ) -> None:
+        # Agents (specs/agents.md): each session's prompt and step limit.
+        self._agents = config.agents
+        self._configured_prompt = config.model.system_prompt
+        self._memories = memories
         self._store = store
         self._env: Mapping[str, str] = os.environ if env is None else env
         self._default_model = config.model.default
         self._system_prompt = config.model.system_prompt or DEFAULT_SYSTEM_PROMPT
         self._max_steps = config.model.max_steps
         self._settings = ModelSettings(max_tokens=config.model.max_tokens)
+        self._limits = config.limits
         self._adapter_factory = adapter_factory or self._create_adapter
         self.clients = ProviderClients()
         self._conversations = _Conversations(store)
@@ -155,6 +180,31 @@ class AgentLoop:
         # replace(), not format(): a configured prompt may hold other braces.
         return self._system_prompt.replace("{workspace}", workspace)
 
+    async def _agent_setup(self, session: SessionRecord) -> tuple[str, int]:
+        """The system prompt and step limit of a turn: the session's agent's,
+        with the workspace's newest memories when it asks for them. A session
+        stored before agents (or whose agent left the config) uses the server's."""
+        if session.agent is None:
+            return self.system_prompt(session.workspace), self._max_steps
+        try:
+            agent = resolve_agent(session.agent, self._agents)
+        except UnknownAgent:
+            return self.system_prompt(session.workspace), self._max_steps
+        memories: list[str] = []
+        if agent.config.memories_in_prompt:
+            # SQLite: off the event loop, as every memory-store call.
+            memories = await asyncio.to_thread(
+                prompt_memories,
+                self._memories,
+                workspace=session.workspace,
+                owner=session.owner,
+                count=agent.config.memories_in_prompt,
+            )
+        prompt = agent.system_prompt(
+            session.workspace, server_prompt=self._configured_prompt, memories=memories
+        )
+        return prompt, agent.config.max_steps or self._max_steps
+
     async def run(self, ctx: TurnContext) -> TurnOutcome:
         session = self._store.get_session(ctx.session_id)
         if session is None:  # deleted between the request and the task starting
@@ -172,13 +222,17 @@ class AgentLoop:
         except AdapterError as error:
             return _model_failure(ctx, error, model=model, step=0)
         conversation = self._conversations.load(ctx.session_id)
+        system, max_steps = await self._agent_setup(session)
         turn = _Turn(
             ctx,
             adapter,
             model=model,
-            system=self.system_prompt(session.workspace),
+            system=system,
             settings=self._settings,
-            max_steps=self._max_steps,
+            max_steps=max_steps,
+            store=self._store,
+            limits=self._limits,
+            tokens_used=session.tokens_used,
         )
         try:
             return await turn.run(conversation)
@@ -229,6 +283,9 @@ class _Turn:
         system: str,
         settings: ModelSettings,
         max_steps: int,
+        store: Store | None = None,
+        limits: LimitsConfig | None = None,
+        tokens_used: int = 0,
     ) -> None:
         self.ctx = ctx
         self.adapter = adapter
@@ -240,6 +297,15 @@ class _Turn:
         self.output_tokens = 0
         self.steps = 0
         self.results: list[ToolResultBlock] = []
+        self.store = store
+        self.limits = limits or LimitsConfig()
+        # The session's running total (persisted on the session by the store).
+        self.tokens_used = tokens_used
+        # Elided results at the last model call: context_compress fires when it changes.
+        self.elided = 0
+        # A failing required gate goes back to the model at most once per turn.
+        self.gates_retried = False
+        self.gates: list[dict[str, Any]] | None = None
 
     async def run(self, conversation: list[Message]) -> TurnOutcome:
         """Loop until the model stops asking for tools; ``conversation`` includes
@@ -248,12 +314,19 @@ class _Turn:
         while self.steps < self.max_steps:
             if ctx.cancel_requested.is_set():
                 return self.outcome()
+            max_tokens = self.limits.max_tokens
+            if max_tokens is not None and self.tokens_used >= max_tokens:
+                return self._budget_exhausted(max_tokens)
             self.steps += 1
             # Read per model call: the list may change mid-turn (MCP list_changed).
             tools = ctx.dispatcher.definitions_for(ctx.dispatch_session)
+            messages = await self._fit_context(conversation)
             request = ModelRequest(
-                system=self.system, messages=conversation, tools=tools, settings=self.settings
+                system=self.system, messages=messages, tools=tools, settings=self.settings
             )
+            blocked = await self._pre_llm_call()
+            if blocked is not None:
+                return blocked
             try:
                 completed = await self._call_model(request)
             except AdapterError as error:
@@ -261,6 +334,7 @@ class _Turn:
             if completed is None:  # cancelled while the model was streaming
                 return self.outcome()
             self._add_usage(completed.usage)
+            await self._after_llm_call(completed)
             assistant, malformed = _held_to_limits(completed.message, completed.malformed_tool_uses)
             if assistant.content:
                 # An empty reply is left out: providers refuse empty messages.
@@ -268,6 +342,19 @@ class _Turn:
                 conversation.append(assistant)
             uses = assistant.tool_uses()
             if not uses:
+                report = await self._quality_gates()
+                if report is not None and not ctx.cancel_requested.is_set():
+                    # One more round: the model reads the failed gates' report.
+                    feedback = Message(role="user", content=[TextBlock(text=report)])
+                    _append(ctx, feedback)
+                    conversation.append(feedback)
+                    continue
+                await turn_pipeline.run_hooks(
+                    ctx.dispatch_session,
+                    HookEvent.AGENT_COMPLETE,
+                    turn_id=ctx.turn_id,
+                    extra={"steps": self.steps, "stop_reason": completed.stop_reason},
+                )
                 return self.outcome(stop_reason=completed.stop_reason)
             results = await self._run_tools(uses, malformed)
             tool_message = Message(role="tool", content=list(results))
@@ -280,6 +367,111 @@ class _Turn:
             "send another message to let it continue"
         )
         return _failed(TurnFailureReason.STEP_LIMIT, message, self.details(), turn=self)
+
+    # -- the pipeline around a model call ---------------------------------------
+
+    async def _fit_context(self, conversation: list[Message]) -> list[Message]:
+        """What to send: the conversation, its older tool results elided when
+        it outgrows ``limits.context_tokens`` (context_compress hooks run when
+        the number elided changes)."""
+        fitted = turn_pipeline.compress(conversation, self.system, self.limits.context_tokens)
+        if fitted.elided and fitted.elided != self.elided:
+            await turn_pipeline.run_hooks(
+                self.ctx.dispatch_session,
+                HookEvent.CONTEXT_COMPRESS,
+                turn_id=self.ctx.turn_id,
+                extra={
+                    "step": self.steps,
+                    "elided": fitted.elided,
+                    "elided_chars": fitted.elided_chars,
+                    "estimated_tokens_before": fitted.tokens_before,
+                    "estimated_tokens_after": fitted.tokens_after,
+                    "context_tokens": self.limits.context_tokens,
+                },
+            )
+        self.elided = fitted.elided
+        return fitted.messages
+
+    async def _pre_llm_call(self) -> TurnOutcome | None:
+        """Run pre_llm_call hooks; a block (exit 2) fails the turn, naming the hook."""
+        ctx = self.ctx
+        results = await turn_pipeline.run_hooks(
+            ctx.dispatch_session,
+            HookEvent.PRE_LLM_CALL,
+            turn_id=ctx.turn_id,
+            extra={"step": self.steps, "model": self.model},
+        )
+        hook = turn_pipeline.blocking_hook(results)
+        if hook is None:
+            return None
+        message = f"pre_llm_call hook {hook.name!r} blocked model call {self.steps}: {hook.reason}"
+        details = {**self.details(), "blocked_by": {"kind": "hook", "name": hook.name}}
+        return _failed(TurnFailureReason.BLOCKED_BY_HOOK, message, details, turn=self)
+
+    async def _after_llm_call(self, completed: MessageCompleted) -> None:
+        """post_llm_call hooks, then the budget (usage is already counted)."""
+        ctx = self.ctx
+        usage = completed.usage
+        await turn_pipeline.run_hooks(
+            ctx.dispatch_session,
+            HookEvent.POST_LLM_CALL,
+            turn_id=ctx.turn_id,
+            extra={
+                "step": self.steps,
+                "model": self.model,
+                "stop_reason": completed.stop_reason,
+                "usage": {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens},
+            },
+        )
+        before = self.tokens_used
+        spent = usage.input_tokens + usage.output_tokens
+        if self.store is not None:
+            self.tokens_used = self.store.add_session_tokens(ctx.session_id, spent)
+        else:
+            self.tokens_used += spent
+        step = turn_pipeline.budget_step(
+            before, self.tokens_used, self.limits.max_tokens, self.limits.warning_at()
+        )
+        if step.crossed_warning:
+            log.info(
+                "session %s used %d of %s tokens", ctx.session_id, step.used, self.limits.max_tokens
+            )
+            await turn_pipeline.run_hooks(
+                ctx.dispatch_session,
+                HookEvent.BUDGET_WARNING,
+                turn_id=ctx.turn_id,
+                extra={
+                    "tokens_used": step.used,
+                    "max_tokens": self.limits.max_tokens,
+                    "warning_ratio": self.limits.warning_ratio,
+                },
+            )
+
+    def _budget_exhausted(self, max_tokens: int) -> TurnOutcome:
+        message = turn_pipeline.budget_message(self.tokens_used, max_tokens)
+        details = {**self.details(), "tokens_used": self.tokens_used, "max_tokens": max_tokens}
+        return _failed(TurnFailureReason.BUDGET_EXHAUSTED, message, details, turn=self)
+
+    async def _quality_gates(self) -> str | None:
+        """Run the gates when the model is done; the report for the model when
+        a required gate failed and this turn has not had its extra round yet.
+        A dry-run turn changed nothing, so it runs none."""
+        ctx = self.ctx
+        if ctx.dry_run:
+            return None
+        results = await turn_pipeline.run_gates(
+            ctx.dispatch_session, ctx.publisher, turn_id=ctx.turn_id
+        )
+        if not results:
+            return None
+        self.gates = turn_pipeline.gates_summary(results)
+        if self.gates_retried or not failed_required(results):
+            return None
+        self.gates_retried = True
+        return (
+            gate_report(results)
+            + "\n\nThe quality gates above failed. Fix the problems, then reply when done."
+        )
 
     # -- one model call -------------------------------------------------------
 
@@ -316,7 +508,7 @@ class _Turn:
             async for event in events:
                 if isinstance(event, TextDelta):
                     if event.text:
-                        ctx.publish("message.delta", {"text": event.text, "step": self.steps})
+                        ctx.emit(MessageDelta(text=event.text, step=self.steps))
                 elif isinstance(event, MessageCompleted):
                     final = event
                 elif isinstance(event, RetryScheduled):
@@ -330,19 +522,18 @@ class _Turn:
                         event.error.kind,
                     )
                     error = event.error
-                    ctx.publish(
-                        "model.retry",
-                        {
-                            "attempt": event.attempt,
-                            "error_kind": error.kind,
-                            "delay_s": round(event.delay, 3),
-                            "provider": error.provider,
-                            "status_code": error.status_code,
-                            "step": self.steps,
-                        },
+                    ctx.emit(
+                        ModelRetry(
+                            attempt=event.attempt,
+                            error_kind=error.kind,
+                            delay_s=round(event.delay, 3),
+                            provider=error.provider,
+                            status_code=error.status_code,
+                            step=self.steps,
+                        )
                     )
         if final is None:
-            raise ProviderResponseError(
+            raise ProviderResponseInvalid(
                 "the reply stream ended without a completed message", provider=self.adapter.name
             )
         return final
@@ -368,9 +559,7 @@ class _Turn:
         elif runnable:
             blocks = [block for _, block in runnable]
             try:
-                dispatched = await ctx.dispatcher.dispatch_all(
-                    blocks, ctx.dispatch_session, turn_id=ctx.turn_id
-                )
+                dispatched = await ctx.dispatch_all(blocks)
             except asyncio.CancelledError:
                 # The task was cancelled (shutdown): still answer every call.
                 answer_unanswered(ctx, list(uses), "the turn stopped before the call finished")
@@ -387,7 +576,12 @@ class _Turn:
         self.ctx.usage = self.usage()
 
     def usage(self) -> dict[str, int]:
-        return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens}
+        # The turn's sub-agents' tokens count too (dispatch_subagent).
+        extra = self.ctx.subagent_usage
+        return {
+            "input_tokens": self.input_tokens + extra.get("input_tokens", 0),
+            "output_tokens": self.output_tokens + extra.get("output_tokens", 0),
+        }
 
     def details(self) -> dict[str, Any]:
         return {"model": self.model, "steps": self.steps}
@@ -396,7 +590,11 @@ class _Turn:
         details = self.details()
         if stop_reason is not None:
             details["stop_reason"] = stop_reason
-        return TurnOutcome(results=self.results, usage=self.usage(), details=details)
+        if self.gates is not None:
+            details["quality_gates"] = self.gates
+        return TurnOutcome(
+            results=self.results, usage=self.usage(), details=details, quality_gates=self.gates
+        )
 
 
 # -- helpers --------------------------------------------------------------------------
@@ -416,6 +614,7 @@ def _failed(
         results=turn.results,
         usage=turn.usage(),
         failure=TurnFailure(reason, message, details),
+        quality_gates=turn.gates,
     )
 
 
@@ -439,9 +638,9 @@ def _model_failure(
 def _kind(error: AdapterError) -> str:
     if isinstance(error, ProviderError):
         return error.kind
-    if isinstance(error, AdapterConfigError):
+    if isinstance(error, AdapterMisconfigured):
         return "config"
-    if isinstance(error, RequestConversionError):
+    if isinstance(error, RequestNotConvertible):
         return "request_conversion"
     return "adapter"
 
@@ -491,7 +690,7 @@ async def _import_sdk_off_loop(model: str) -> None:
     """
     try:
         provider, _ = parse_model(model)
-    except AdapterConfigError:
+    except AdapterMisconfigured:
         return
     module = _SDK_MODULES.get(provider)
     if module is not None and module not in sys.modules:
@@ -504,13 +703,13 @@ async def _use_shared_client(adapter: ModelAdapter, clients: ProviderClients) ->
     Only the first use of a provider/endpoint/key builds a client (in a worker
     thread); every later turn reuses it and its open connections. A client
     that cannot be built (a malformed base URL, the pool closed by a shutdown)
-    is an AdapterConfigError, so the turn fails as a model error."""
+    is an AdapterMisconfigured, so the turn fails as a model error."""
     if not isinstance(adapter, SharedClientAdapter):
         return
     try:
         await adapter.use_clients(clients)
     except Exception as exc:
-        raise AdapterConfigError(f"cannot set up the provider client: {exc}") from exc
+        raise AdapterMisconfigured(f"cannot set up the provider client: {exc}") from exc
 
 
 async def _close(adapter: ModelAdapter) -> None:
@@ -527,4 +726,4 @@ async def _close(adapter: ModelAdapter) -> None:
 def agent_loop_factory(services: Services) -> AgentLoop:
     """The ``message_runner_factory`` of ``create_app``: the agent loop on the
     server's configuration and store."""
-    return AgentLoop(services.config, services.store)
+    return AgentLoop(services.config, services.store, memories=services.memory_store)

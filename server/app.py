@@ -15,6 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 
 from server.auth import TokenRegistry
+from server.cluster_routing import ClusterRouting
 from server.config import Config
 from server.errors import ApiError, error_body
 from server.logs import RequestLog
@@ -93,6 +94,8 @@ def create_app(
     )
     _install_error_handlers(app, config.server.max_body_bytes)
     # Starlette wraps in reverse order: the body limit sees requests after authentication.
+    # Innermost: in cluster mode, session requests go to their owner replica.
+    app.add_middleware(ClusterRouting, runtime=runtime)
     app.add_middleware(BodyLimit, max_body_bytes=config.server.max_body_bytes)
     app.add_middleware(AuthMiddleware, tokens=lambda: runtime.tokens)
     # Outermost: a path no route serves is 404 for everyone, before authentication.

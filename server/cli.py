@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING
 import uvicorn
 
 from server.auth import TOKEN_FILE, TokenRegistry, load_or_create_token_file
-from server.config import ENV_TOKEN, Config, ConfigError, TokenConfig, load_config
+from server.config import ENV_TOKEN, Config, ConfigInvalid, TokenConfig, load_config
 from server.environment import scrub_secrets
 from server.logs import log_config
 from server.roots import warn_unconfined_users
-from server.startup import DataDirLock, StartupError, bind_listener
+from server.startup import DataDirLock, StartupFailed, bind_listener
 
 if TYPE_CHECKING:
     from server.runtime import Services
@@ -85,6 +85,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve_p.add_argument("--no-access-log", action="store_true", help="do not log each request")
     serve_p.add_argument(
+        "--redis",
+        help="run as one replica of a cluster on this Redis, e.g. redis://127.0.0.1:6379/0 "
+        "(default: $TOOLRELAY_REDIS_URL; without it the embedded default)",
+    )
+    serve_p.add_argument("--replica-id", help="this replica's id (default <hostname>-<pid>)")
+    serve_p.add_argument(
         "--log-format",
         default="text",
         choices=["text", "json"],
@@ -113,27 +119,29 @@ def serve(args: argparse.Namespace) -> int:
         "server.host": args.host,
         "server.port": args.port,
         "server.data_dir": args.data_dir,
+        "cluster.redis_url": args.redis,
+        "cluster.replica_id": args.replica_id,
     }
     try:
         config = load_config(args.config, overrides=overrides)
-    except ConfigError as exc:
+    except ConfigInvalid as exc:
         return _fail(str(exc), EXIT_CONFIG)
     # Before any file is created: the port (binding creates nothing), then the
     # data dir's exclusive lock (see server.startup). Each failure is one line
     # on stderr, exit 1, and nothing left behind.
     try:
         sock = bind_listener(config.server.host, config.server.port)
-    except StartupError as exc:
+    except StartupFailed as exc:
         return _fail(str(exc), EXIT_STARTUP)
     try:
         lock = DataDirLock.acquire(config.data_dir)
-    except StartupError as exc:
+    except StartupFailed as exc:
         sock.close()
         return _fail(str(exc), EXIT_STARTUP)
     cleanup = _Cleanup(config.data_dir, lock)
     try:
         tokens, token_note = _tokens(config)
-    except ConfigError as exc:
+    except ConfigInvalid as exc:
         sock.close()
         cleanup.run()
         return _fail(str(exc), EXIT_CONFIG)
@@ -261,7 +269,7 @@ async def _run(
         await runtime.start()
     except Exception as exc:
         outcome.start_error = f"cannot start: {exc}"
-        outcome.exit_code = EXIT_CONFIG if isinstance(exc, ConfigError) else EXIT_STARTUP
+        outcome.exit_code = EXIT_CONFIG if isinstance(exc, ConfigInvalid) else EXIT_STARTUP
         with contextlib.suppress(Exception):
             await runtime.stop()
         sock.close()

@@ -23,6 +23,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import ErrorDetails
 
 from dispatcher.mcp.config import McpServerConfig, check_server_name
 from dispatcher.pipeline.budget import LimitsConfig
@@ -30,6 +31,7 @@ from dispatcher.pipeline.guardrails import GuardrailConfig
 from dispatcher.pipeline.hooks import HooksConfig
 from dispatcher.pipeline.profiles import ProfileConfig, check_profile_names
 from dispatcher.policy import PolicyConfig
+from protocol.validation_errors import describe_errors, dotted_location, plain_message
 from server.agents import AgentConfig, check_agents
 
 DEFAULT_HOST = "127.0.0.1"
@@ -52,7 +54,7 @@ DEFAULT_MAX_EVENT_OUTPUT_BYTES = 64 * 1024
 DEFAULT_RETENTION_BYTES = 1024 * 1024 * 1024
 
 
-class ConfigError(Exception):
+class ConfigInvalid(Exception):
     """The configuration cannot be used; the message names the offending key."""
 
 
@@ -163,8 +165,11 @@ class WorkspacesSection(_Section):
 
 class DispatcherSection(_Section):
     max_concurrency: int = Field(default=4, ge=1, le=64)
-    # Default per-call timeout for every tool, and per-tool exceptions.
-    tool_timeout: float = Field(default=120.0, gt=0, le=3600)
+    # Per-call timeouts (server/tool_wiring.py): null keeps the spec's defaults
+    # (60 s none/read/write, 600 s execute/network, or the tool's own); a number
+    # replaces them for tools that declare none and do not time themselves.
+    # tool_timeouts[name] is used exactly as given, for built-ins and plugins.
+    tool_timeout: float | None = Field(default=None, gt=0, le=3600)
     tool_timeouts: dict[str, float] = Field(default_factory=dict)
     # How long a cancelled tool may take to stop before it is abandoned.
     cancel_grace: float = Field(default=30.0, gt=0, le=600)
@@ -245,6 +250,17 @@ class ModelSection(_Section):
         return value
 
 
+class ClusterSection(_Section):
+    """Scale-out (specs/scale-out.md): with ``redis_url`` set the event log and
+    the shared state live in Redis and this process is one replica of many."""
+
+    redis_url: str | None = Field(default=None, pattern=r"^(redis|rediss|unix)://")
+    # Default: <hostname>-<pid> (server/cluster.py); unique among the replicas.
+    replica_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.:-]{1,64}$")
+    # A session's lease lapses this long after its owner's last renewal.
+    lease_ttl_ms: int = Field(default=10_000, ge=300, le=600_000)
+
+
 class Config(_Section):
     """The whole configuration file."""
 
@@ -256,6 +272,7 @@ class Config(_Section):
     confirmation_timeout: float = Field(default=DEFAULT_CONFIRMATION_TIMEOUT, gt=0, le=86400)
     plugins: PluginsSection = Field(default_factory=PluginsSection)
     events: EventsSection = Field(default_factory=EventsSection)
+    cluster: ClusterSection = Field(default_factory=ClusterSection)
     model: ModelSection = Field(default_factory=ModelSection)
     # MCP servers whose tools join every session as mcp_{server}_{tool} (specs/mcp.md).
     mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
@@ -316,6 +333,7 @@ ENV_KEYS: dict[str, str] = {
     "TOOLRELAY_SHELL_ENABLED": "workspaces.shell.enabled",
     "TOOLRELAY_SHELL_SANDBOX": "workspaces.shell.sandbox",
     "TOOLRELAY_ALLOW_DELETE": "workspaces.allow_delete",
+    "TOOLRELAY_REDIS_URL": "cluster.redis_url",
 }
 ENV_TOKEN = "TOOLRELAY_TOKEN"
 ENV_TOKEN_NAME = "admin"
@@ -328,7 +346,7 @@ def load_config(
     overrides: Mapping[str, Any] | None = None,
 ) -> Config:
     """Read ``path`` (optional), apply the environment, then ``overrides``
-    (dotted keys, e.g. from CLI flags). Raises ConfigError naming the key."""
+    (dotted keys, e.g. from CLI flags). Raises ConfigInvalid naming the key."""
     env = os.environ if env is None else env
     source = str(path) if path is not None else "defaults"
     raw = _read_yaml(Path(path)) if path is not None else {}
@@ -349,7 +367,7 @@ def load_config(
     try:
         config = Config.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(_describe(exc, source, origins)) from None
+        raise ConfigInvalid(_describe(exc, source, origins)) from None
     if path is not None:
         config._source_files = (os.path.realpath(os.path.expanduser(os.fspath(path))),)
     # Imported here: server.roots builds on this module.
@@ -363,15 +381,15 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+        raise ConfigInvalid(f"cannot read config file {path}: {exc.strerror}") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+        raise ConfigInvalid(f"config file {path} is not valid YAML: {exc}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError(
+        raise ConfigInvalid(
             f"config file {path} must hold a mapping at the top, not {type(data).__name__}"
         )
     return data
@@ -406,14 +424,16 @@ def _with_env_token(raw: dict[str, Any], token: str) -> tuple[dict[str, Any], in
 
 
 def _describe(exc: ValidationError, source: str, origins: Mapping[str, str]) -> str:
-    lines = [f"invalid configuration ({source}):"]
-    for err in exc.errors():
-        key = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        message = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
-        if err["type"] == "string_too_short" and key.endswith(".token"):
-            message = "tokens must be at least 16 characters"
+    # describe_errors never echoes an input: a token field's value is a secret.
+    def where(err: ErrorDetails) -> str:
+        key = dotted_location(err, top_level="(top level)")
         origin = origins.get(key)
-        where = f" (from {origin})" if origin else ""
-        # Never echo the input of a token field: it is a secret.
-        lines.append(f"  {key}{where}: {message}")
-    return "\n".join(lines)
+        return f"{key} (from {origin})" if origin else key
+
+    def message(err: ErrorDetails) -> str:
+        if err["type"] == "string_too_short" and dotted_location(err).endswith(".token"):
+            return "tokens must be at least 16 characters"
+        return plain_message(err)
+
+    lines = describe_errors(exc, prefix="  ", where=where, message=message)
+    return "\n".join([f"invalid configuration ({source}):", *lines])

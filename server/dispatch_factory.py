@@ -11,17 +11,23 @@ which section they read (``options_section``), the server names no tool.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from dispatcher import DispatchSession, RulePolicy, WorkspaceFileAPI
+from dispatcher import DispatchSession, WorkspaceFileAPI
+from dispatcher.pipeline.guardrails import Guardrails
+from dispatcher.pipeline.hooks import HookRunner
+from dispatcher.pipeline.profiles import UnknownProfile
 from dispatcher.publisher import EventPublisher
 from dispatcher.sandbox import Sandbox, SandboxConfig, SandboxUnavailable
+from dispatcher.tools.agents import AGENTS_SECTION, SubagentRunner
 from dispatcher.tools.knowledge.store import MemoryStore
+from server.agents import UnknownAgent
 from server.config import Config
 from server.errors import Conflict
 from server.memory_service import memory_section
 from server.roots import protected_overlap, real
+from server.session_access import SessionAccess, access_with_parents
 from server.store import SessionRecord
 
 SHELL_SECTION = "shell"
@@ -37,11 +43,23 @@ class DispatchSessionFactory:
         sandbox_config: SandboxConfig | None,
         memory_store: MemoryStore | None,
         publisher: EventPublisher,
+        subagent_runner: SubagentRunner | None = None,
+        get_session: Callable[[str], SessionRecord | None] | None = None,
     ) -> None:
+        # dispatch_subagent's runner (server/subagents.py), handed to the tool
+        # in the ``agents`` options section; None: no sub-agents.
+        self.subagent_runner = subagent_runner
+        # Finds a worker's parent, whose access bounds the worker's.
+        self.get_session = get_session
         self.config = config
         self.sandbox_config = sandbox_config  # None: the sandbox is off
         self.memory_store = memory_store
         self.publisher = publisher
+        # The execution pipeline's parts, compiled once and shared by every
+        # session (they hold no per-session state); the runner publishes
+        # every hook.completed.
+        self.guardrails = Guardrails(config.guardrails)
+        self.hooks = HookRunner(config.hooks, publisher=publisher)
 
     def __call__(self, record: SessionRecord) -> DispatchSession:
         """A new DispatchSession for ``record``; Conflict when its workspace
@@ -70,22 +88,52 @@ class DispatchSessionFactory:
                 # The workspace contains or lies in a hidden path (a
                 # credential folder): no sandbox could run there unexposed.
                 raise Conflict(str(exc), code="workspace_hidden") from None
+        # Its agent, profile and parent (server/session_access.py).
+        access = self.access(record, sandboxed=sandbox is not None)
         return DispatchSession(
             session_id=record.id,
             workspace=workspace,
-            # Stored overrides were checked when the session was created.
-            policy=RulePolicy(cfg.policy.merged(record.policy_overrides)),
+            # Its profile and stored overrides were checked when it was created.
+            policy=access.policy,
+            profile=access.profile,
+            tool_filter=access.tool_filter,
+            hidden_groups=access.hidden_groups,
             max_concurrency=cfg.dispatcher.max_concurrency,
             confirmation_timeout=cfg.confirmation_timeout,
-            tool_options=self.tool_options(record, workspace.workspace_root),
+            tool_options=self.tool_options(record, workspace.workspace_root, access),
             sandbox=sandbox,
+            dry_run=record.dry_run,
+            guardrails=self.guardrails,
+            hooks=self.hooks,
         )
 
-    def tool_options(self, record: SessionRecord, workspace: str) -> dict[str, Mapping[str, Any]]:
+    def access(self, record: SessionRecord, *, sandboxed: bool) -> SessionAccess:
+        """What the session may see and run (server/session_access.py);
+        Conflict when its stored agent or profile is no longer configured."""
+        try:
+            return access_with_parents(
+                self.config,
+                record,
+                sandboxed=sandboxed,
+                get_session=self.get_session or (lambda _: None),
+            )
+        except (UnknownAgent, UnknownProfile) as exc:
+            raise Conflict(
+                f"session {record.id!r} cannot run: {exc}", code="agent_unavailable"
+            ) from None
+
+    def tool_options(
+        self, record: SessionRecord, workspace: str, access: SessionAccess | None = None
+    ) -> dict[str, Mapping[str, Any]]:
         """The configuration sections a session's tools read, by section name."""
         shell = self.config.workspaces.shell
+        agent = access.agent if access is not None else None
+        # An agent may make the shell refuse dangerous commands (test).
+        allowed_only = shell.allowed_only or (
+            agent is not None and agent.config.refuse_dangerous_commands
+        )
         sections: dict[str, Mapping[str, Any]] = {
-            SHELL_SECTION: {"allowed_only": shell.allowed_only, "timeout": shell.timeout},
+            SHELL_SECTION: {"allowed_only": allowed_only, "timeout": shell.timeout},
             **memory_section(
                 self.memory_store,
                 session_id=record.id,
@@ -94,4 +142,6 @@ class DispatchSessionFactory:
                 publisher=self.publisher,
             ),
         }
+        if self.subagent_runner is not None and record.parent_session_id is None:
+            sections[AGENTS_SECTION] = {"runner": self.subagent_runner}
         return sections

@@ -17,9 +17,18 @@ validation, Starlette's routing or body limit), has the same body::
     {"error": {"code": "<machine code>", "message": "<what was wrong>", ...}}
 
 Extra keys (``fields``, ``resolution``, ``turn_id`` ...) add detail where a
-client can act on it. These classes are named for the HTTP answer they are,
-without an ``Error`` suffix: the one exemption to the naming rule besides
-the dispatcher's tool outcomes (see :mod:`dispatcher.errors`).
+client can act on it.
+
+Naming rule, the same in every package's ``errors`` module: a base class
+(one that exists to be caught as a family) ends in ``Error``; a concrete
+exception is named for the condition it reports, without ``Error``. A
+condition refined by a narrower one keeps its condition name.
+
+Here every answer is a condition, named for its HTTP status. Outside this
+module the server raises ``ConfigInvalid`` (server.config),
+``StartupFailed`` (server.startup), ``StoreUnavailable`` (server.store),
+``InputLimitExceeded`` (server.schemas), ``UnknownAgent`` (server.agents)
+and ``InvalidTurnTransition`` (server.turn_state, a bug, never a client's).
 """
 
 from __future__ import annotations

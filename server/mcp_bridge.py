@@ -24,7 +24,7 @@ import anyio
 import httpx2
 import mcp_types as types
 
-from clients.local import UsageError, resolve_token
+from clients.local import BadUsage, resolve_token
 
 DEFAULT_URL = "http://127.0.0.1:8765"
 
@@ -55,7 +55,7 @@ def add_arguments(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         token = resolve_token(args.token)
-    except UsageError as exc:
+    except BadUsage as exc:
         print(f"toolrelay mcp: {exc}", file=sys.stderr)
         return 2
     headers = {"Authorization": f"Bearer {token}", "X-Client-Name": "mcp-bridge"}

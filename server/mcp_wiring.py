@@ -9,6 +9,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from dispatcher.mcp import McpManager
+from protocol.payloads import ToolsChanged
 
 if TYPE_CHECKING:
     from server.runtime import Services
@@ -33,12 +34,10 @@ async def start_mcp(runtime: Services, *, wait: float = STARTUP_WAIT) -> McpMana
         # event into every stored session at each start.
         if not started or not bus.running:
             return
+        # One payload (immutable), emitted on every session's stream.
+        payload = ToolsChanged(added=added, removed=removed, source=source)
         for record in runtime.store.list_sessions():
-            bus.publish(
-                "tools.changed",
-                {"added": added, "removed": removed, "source": source},
-                session_id=record.id,
-            )
+            bus.emit(payload, session_id=record.id)
 
     manager = McpManager(
         servers,

@@ -3,9 +3,11 @@
 The memory tools read the ``memory`` section of a session's tool options
 (their ``options_section``); its ``memory`` key is a ``MemoryScope``: the
 server's one ``MemoryStore``, the session's workspace (its real path) and
-owner (the name of the token that created the session), and a publisher of
-``memory.*`` events on the session's stream. Kept out of the dispatch-session
-factory (server/dispatch_factory.py) so the wiring is one line there.
+owner (the name of the token that created the session), and how to announce
+a ``memory.*`` event on the session's stream (``announcer``; the payloads are
+built in dispatcher/tools/knowledge/memory_events.py, for the tools and for
+``DELETE /memory/{id}`` alike). Kept out of the dispatch-session factory
+(server/dispatch_factory.py) so the wiring is one line there.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from dispatcher.publisher import EventPublisher
+from dispatcher.tools.knowledge.memory_events import Announce
 from dispatcher.tools.knowledge.store import MemoryScope, MemoryStore
+from protocol.payloads import Payload
 
 MEMORY_FILE = "memory.sqlite3"
 # The tool-options section the memory tools read.
@@ -33,8 +37,14 @@ def memory_section(
     if store is None:
         return {}
 
-    def publish(type: str, data: Mapping[str, Any], turn_id: str | None) -> None:
-        publisher.publish(type, data, session_id=session_id, turn_id=turn_id)
-
-    scope = MemoryScope(store, workspace, owner, session_id, publish)
+    scope = MemoryScope(store, workspace, owner, session_id, announcer(publisher, session_id))
     return {MEMORY_SECTION: {"memory": scope}}
+
+
+def announcer(publisher: EventPublisher, session_id: str) -> Announce:
+    """Announce memory changes on the stream of ``session_id``."""
+
+    def announce(payload: Payload, turn_id: str | None) -> None:
+        publisher.emit(payload, session_id=session_id, turn_id=turn_id)
+
+    return announce

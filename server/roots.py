@@ -19,7 +19,7 @@ import logging
 import os
 from collections.abc import Iterable, Sequence
 
-from server.config import Config, ConfigError, TokenConfig
+from server.config import Config, ConfigInvalid, TokenConfig
 
 log = logging.getLogger("toolrelay.auth")
 
@@ -62,7 +62,7 @@ def token_roots(token: TokenConfig, config: Config) -> list[str]:
 
 
 def check_configured_roots(config: Config) -> None:
-    """ConfigError naming the key of the first allowed root that is ``/``,
+    """ConfigInvalid naming the key of the first allowed root that is ``/``,
     holds a protected path, or lies inside one."""
     keyed: list[tuple[str, str]] = [
         (f"workspaces.allowed_roots.{i}", r) for i, r in enumerate(config.workspaces.allowed_roots)
@@ -75,12 +75,12 @@ def check_configured_roots(config: Config) -> None:
     for key, root in keyed:
         problem = protected_overlap(real(root), config)
         if problem is not None:
-            raise ConfigError(f"invalid configuration: {key}: {problem}")
+            raise ConfigInvalid(f"invalid configuration: {key}: {problem}")
     scripts_dir = config.model.scripts_dir
     if scripts_dir is not None:
         problem = protected_overlap(real(scripts_dir), config)
         if problem is not None:
-            raise ConfigError(f"invalid configuration: model.scripts_dir: {problem}")
+            raise ConfigInvalid(f"invalid configuration: model.scripts_dir: {problem}")
 
 
 def unconfined_user_tokens(config: Config, tokens: Iterable[TokenConfig]) -> list[str]:

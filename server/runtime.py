@@ -27,7 +27,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from dispatcher import ConfirmationBroker, PluginLoadError, ToolDispatcher
 from dispatcher.mcp import McpManager
@@ -37,7 +37,7 @@ from dispatcher.tools.code.index import FilesModifiedTap
 from dispatcher.tools.knowledge.store import MemoryStore
 from eventbus import EventBus, EventBusError, EventLog
 from server.auth import TOKEN_FILE, TokenRegistry
-from server.config import Config, ConfigError
+from server.config import Config, ConfigInvalid
 from server.dispatch_factory import DispatchSessionFactory
 from server.mcp_wiring import start_mcp
 from server.memory_service import MEMORY_FILE
@@ -45,9 +45,13 @@ from server.observer import Observer
 from server.presence import Presence
 from server.session_registry import SessionRegistry
 from server.store import Store
+from server.subagents import SubagentService
 from server.tool_wiring import register_tools
 from server.turn_supervisor import TurnSupervisor
 from server.turns import TurnRunner
+
+if TYPE_CHECKING:
+    from server.cluster import ClusterServices
 
 log = logging.getLogger("toolrelay.server")
 
@@ -97,6 +101,8 @@ class Services:
         # log failed for good); the CLI stops the process with exit code 1 then.
         self.on_fatal: Callable[[str], None] | None = None
         self.fatal: str | None = None
+        # Cluster mode (server/cluster.py): set by start() when cluster.redis_url is.
+        self.cluster: ClusterServices | None = None
 
     # Typed accessors: using a part before start() is a programming error.
     @property
@@ -138,14 +144,25 @@ class Services:
         self.memory_store = MemoryStore.open(self.data_dir / MEMORY_FILE)
         self._log = await asyncio.to_thread(EventLog.open, self.data_dir / EVENTS_FILE)
         queue = cfg.events.subscriber_queue
-        self._bus = EventBus(
-            self._log,
-            max_queue=queue,
-            max_queue_bytes=cfg.events.subscriber_queue_bytes,
-            fanout_chunk=min(256, queue),
-            on_failure=self._bus_failed,
-        )
-        await self._bus.start()
+        if cfg.cluster.redis_url is not None:
+            # Cluster mode: the event log is Redis. ClusterBus offers the part of
+            # EventBus's interface the server uses (see eventbus/cluster/bus.py).
+            from server.cluster import ClusterServices
+
+            self.cluster = ClusterServices(self, cfg.cluster)
+            cluster_bus = await self.cluster.start_bus(
+                max_queue=max(queue, 10_000), on_failure=self._bus_failed
+            )
+            self._bus = cast(EventBus, cluster_bus)
+        else:
+            self._bus = EventBus(
+                self._log,
+                max_queue=queue,
+                max_queue_bytes=cfg.events.subscriber_queue_bytes,
+                fanout_chunk=min(256, queue),
+                on_failure=self._bus_failed,
+            )
+            await self._bus.start()
         await self.observer.start(self._bus)
         self._dispatcher = ToolDispatcher(
             # The tap tells the code index which files tool calls modified.
@@ -167,6 +184,11 @@ class Services:
             sandbox_config=self.sandbox_config,
             memory_store=self.memory_store,
             publisher=self._bus,
+            # dispatch_subagent's worker sessions (server/subagents.py).
+            subagent_runner=SubagentService(
+                cfg, store=lambda: self.store, bus=lambda: self.bus, turns=lambda: self.turns
+            ),
+            get_session=self._store.get_session,
         )
         # The supervisor reaches a session's DispatchSession through the
         # registry (which keeps them); the registry is made just below.
@@ -189,6 +211,8 @@ class Services:
             sandbox_config=self.sandbox_config,
         )
         self.mcp = await start_mcp(self)
+        if self.cluster is not None:
+            await self.cluster.start()  # leases, lapse watcher, forwarding inbox
         log_file = self._log
         recovered = await self._turns.recover(
             lambda turn_ids: asyncio.to_thread(log_file.turn_ends, turn_ids)
@@ -224,7 +248,7 @@ class Services:
                 configure, setting, self.hidden_paths()
             )
         except SandboxUnavailable as exc:
-            raise ConfigError(str(exc)) from None
+            raise ConfigInvalid(str(exc)) from None
         await asyncio.to_thread(child_reaper().start)
         if self.sandbox_config is not None:
             log.info(
@@ -260,6 +284,8 @@ class Services:
     async def stop(self) -> None:
         """Graceful shutdown; safe to call on partly started services."""
         self.stopping = True
+        if self.cluster is not None:
+            await self.cluster.stop_serving()
         if self._pruner is not None:
             self._pruner.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -273,6 +299,8 @@ class Services:
         if self._bus is not None:
             await self._bus.close()  # flushes: every event published so far is logged
             await self.observer.stop()  # drains what the bus handed it, exports traces
+        if self.cluster is not None:
+            await self.cluster.close()  # releases this replica's leases
         if self._log is not None:
             await asyncio.to_thread(self._log.close)
         if self._store is not None:

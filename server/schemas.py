@@ -144,6 +144,11 @@ class CreateSession(_Body):
         description="Permission profile (`profiles:`); default: the agent's. A user token may "
         "only pick one at least as strict as the server's policy",
     )
+    dry_run: bool = Field(
+        default=False,
+        description="Every turn is a dry-run: write/execute calls are recorded in the turn's "
+        "`plan`, not run",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -163,6 +168,10 @@ class CreateTurn(_Body):
         default=None, min_length=1, max_length=MAX_TOOL_USES
     )
     message: str | None = Field(default=None, min_length=1, max_length=200_000)
+    dry_run: bool = Field(
+        default=False,
+        description="Record write/execute calls in the turn's `plan` instead of running them",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -185,10 +194,15 @@ class CreateTurn(_Body):
         return self
 
     def stored(self) -> dict[str, Any]:
-        """The request as the store keeps it."""
+        """The request as the store keeps it (``dry_run`` only when asked)."""
+        stored: dict[str, Any]
         if self.tool_uses is not None:
-            return {"tool_uses": [b.model_dump(mode="json") for b in self.tool_uses]}
-        return {"message": self.message}
+            stored = {"tool_uses": [b.model_dump(mode="json") for b in self.tool_uses]}
+        else:
+            stored = {"message": self.message}
+        if self.dry_run:
+            stored["dry_run"] = True
+        return stored
 
 
 class AnswerConfirmation(_Body):
@@ -221,6 +235,10 @@ class SessionInfo(BaseModel):
         description="For a sub-agent's worker session: the session that dispatched it"
     )
     children: list[str] = Field(description="Ids of the worker sessions it dispatched")
+    dry_run: bool = Field(default=False, description="Every turn is a dry-run")
+    tokens_used: int = Field(
+        default=0, description="Input + output tokens its model calls used (limits.max_tokens)"
+    )
     policy: dict[str, Any]
     policy_overrides: dict[str, Any]
     created_at: str

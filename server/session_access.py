@@ -19,8 +19,10 @@ A session's **policy** (``SessionPolicy``) decides each call in this order:
 5. the profile's interactivity: a non-interactive profile (``ci``) refuses
    what would ask (Profile.settle), after every other rule.
 
-The dispatcher applies the sandbox floor again; it never lowers a mode, so
-applying it twice changes nothing.
+``mode_for`` is steps 1-3: the dispatcher applies steps 4 and 5 itself
+(``sandbox_floor``, then ``DispatchSession.profile.settle``), so its refusal
+names the non-interactive profile; ``settled`` is all five (a parent's
+decision, and the "only tightens" check, use it).
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ from dataclasses import dataclass
 from dispatcher.pipeline.profiles import Profile, UnknownProfile, resolve_profile
 from dispatcher.policy import (
     STRICTNESS,
-    ConfirmationPolicy,
     ConfirmMode,
     PolicyConfig,
     PolicyQuery,
@@ -60,7 +61,7 @@ class SessionPolicy:
         *,
         profile: Profile,
         visible: ToolFilter,
-        parent: ConfirmationPolicy | None = None,
+        parent: SessionPolicy | None = None,
         sandboxed: bool,
     ) -> None:
         self.base = base
@@ -81,15 +82,35 @@ class SessionPolicy:
         return self.base.runs_everything and parent_runs and self.profile.interactive
 
     def mode_for(self, query: PolicyQuery) -> ConfirmMode:
+        """Steps 1-3: what the dispatcher asks. It applies the sandbox floor
+        and the profile's ``settle`` itself (DispatchSession.profile), so a
+        refusal there names the non-interactive profile."""
         if not self.visible(query.tool_name):
             return ConfirmMode.DENY
         mode = self.base.mode_for(query)
         if self.parent is not None:
-            theirs = self.parent.mode_for(query)
+            # The parent's final word, its own floor and interactivity included.
+            theirs = self.parent.settled(query)
             if STRICTNESS[theirs] > STRICTNESS[mode]:
                 mode = theirs
-        mode = sandbox_floor(mode, query.side_effects, sandboxed=self.sandboxed, policy=self)
+        return mode
+
+    def settled(self, query: PolicyQuery) -> ConfirmMode:
+        """Steps 1-5: the final mode of a call in this session."""
+        mode = sandbox_floor(
+            self.mode_for(query), query.side_effects, sandboxed=self.sandboxed, policy=self
+        )
         return self.profile.settle(mode)
+
+
+class _Settled:
+    """A SessionPolicy seen through its final modes (for comparisons)."""
+
+    def __init__(self, policy: SessionPolicy) -> None:
+        self.policy = policy
+
+    def mode_for(self, query: PolicyQuery) -> ConfirmMode:
+        return self.policy.settled(query)
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +229,10 @@ def check_profile_only_tightens(
     as the server's policy for every call: a user token may pick a tighter
     profile, never a looser one."""
     loosened = loosened_calls(
-        RulePolicy(config.policy), access.policy, tool_names=tool_names, workspace=workspace
+        RulePolicy(config.policy),
+        _Settled(access.policy),
+        tool_names=tool_names,
+        workspace=workspace,
     )
     if loosened:
         shown = "; ".join(loosened[:5]) + (" ..." if len(loosened) > 5 else "")

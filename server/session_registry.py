@@ -20,22 +20,51 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from adapters.errors import AdapterConfigError
+from adapters.errors import AdapterMisconfigured
 from adapters.registry import default_model, parse_model, process_environment
 from adapters.scripted_script import load_script
 from dispatcher import DispatchSession, PolicyConfig, RulePolicy, ToolDispatcher
+from dispatcher.pipeline.profiles import DEFAULT_PROFILE
 from dispatcher.policy import loosened_calls
 from dispatcher.publisher import EventPublisher
 from dispatcher.sandbox import Sandbox, SandboxConfig, SandboxUnavailable
 from protocol.canonical import ToolDefinition
+from protocol.payloads import SessionCreated, SessionDeleted
+from protocol.validation_errors import describe_errors
 from server.auth import Principal
 from server.config import Config
 from server.errors import Forbidden, InvalidRequest, NotFound
 from server.roots import is_within, protected_overlap, real
+from server.session_access import (
+    access_for,
+    check_profile_only_tightens,
+    chosen_agent,
+    chosen_profile,
+    shown_policy,
+)
 from server.store import MessageRecord, SessionRecord, Store
 from server.turn_supervisor import TurnSupervisor, new_id
 
 log = logging.getLogger("toolrelay.sessions")
+
+
+def publish_session_created(
+    publisher: EventPublisher,
+    record: SessionRecord,
+    created_by: str,
+    extra: Mapping[str, Any] | None = None,
+) -> None:
+    """The one publisher of ``session.created``: the registry's sessions and
+    the children server/subagents.py starts (``extra``: their agent, profile
+    and parent). Keys beyond ``workspace`` travel as the payload's extras."""
+    keys: dict[str, Any] = {
+        "name": record.name,
+        "owner": record.owner,
+        "model": record.model,
+        "created_by": created_by,
+        **(extra or {}),
+    }
+    publisher.emit(SessionCreated(workspace=record.workspace, **keys), session_id=record.id)
 
 
 class SessionRegistry:
@@ -70,6 +99,9 @@ class SessionRegistry:
         name: str | None = None,
         policy: Mapping[str, Any] | None = None,
         model: str | None = None,
+        dry_run: bool = False,
+        agent: str | None = None,
+        profile: str | None = None,
     ) -> SessionRecord:
         """Check and store a new session. A ``scripted:<path>`` model is checked
         here (where it is, what it is, that it parses), in a worker thread:
@@ -79,13 +111,13 @@ class SessionRegistry:
         if model is not None:
             try:
                 provider, script = parse_model(model)
-            except AdapterConfigError as exc:
+            except AdapterMisconfigured as exc:
                 raise InvalidRequest(exc.message, field="model") from None
             if provider == "scripted" and script:
                 real_script = self._check_script_place(script, root)
                 try:
                     await asyncio.to_thread(load_script, real_script)
-                except AdapterConfigError as exc:
+                except AdapterMisconfigured as exc:
                     raise InvalidRequest(exc.message, field="model") from None
                 # Stored resolved: each turn re-reads exactly this path, never
                 # following a link (see adapters/scripted_script.py).
@@ -100,26 +132,30 @@ class SessionRegistry:
         effective = self._effective_policy(overrides)  # reject bad overrides before storing
         if overrides and not principal.is_admin:
             self._check_only_tightens(effective, root)
+        # The agent (default build) and its profile unless one is named.
+        chosen = chosen_agent(self.config, agent)
+        profile_name = chosen_profile(self.config, profile or chosen.profile).name
         record = SessionRecord(
             id=new_id("ses"),
             workspace=root,
             owner=principal.token_name,
             name=name,
-            model=model,
+            # The agent's model (the admin's config: trusted) when none is asked for.
+            model=model if model is not None else chosen.config.model,
             policy_overrides=overrides,
+            agent=chosen.name,
+            profile=profile_name,
+            dry_run=dry_run,
         )
+        if not principal.is_admin:
+            self._check_profile_tightens(record)
         self.store.add_session(record)
         self._owners[record.id] = record.owner
-        self.publisher.publish(
-            "session.created",
-            {
-                "workspace": record.workspace,
-                "name": record.name,
-                "owner": record.owner,
-                "model": record.model,
-                "created_by": principal.client_name,
-            },
-            session_id=record.id,
+        publish_session_created(
+            self.publisher,
+            record,
+            principal.client_name,
+            {"agent": record.agent, "profile": record.profile},
         )
         return record
 
@@ -235,15 +271,20 @@ class SessionRegistry:
                 field="policy",
             )
 
+    def _check_profile_tightens(self, record: SessionRecord) -> None:
+        """A user token may pick a profile (or an agent whose profile) at least
+        as strict as the server's policy, never a looser one: the same rule as
+        for policy overrides, with the tools the profile hides counted as denied."""
+        access = access_for(self.config, record, sandboxed=self.sandbox_config is not None)
+        check_profile_only_tightens(
+            self.config, access, tool_names=self.dispatcher.names(), workspace=record.workspace
+        )
+
     def _effective_policy(self, overrides: dict[str, Any]) -> PolicyConfig:
         try:
             return self.config.policy.merged(overrides)
         except ValidationError as exc:
-            details = "; ".join(
-                f"policy.{'.'.join(str(p) for p in e['loc'])}: "
-                + ("unknown key" if e["type"] == "extra_forbidden" else e["msg"])
-                for e in exc.errors()
-            )
+            details = "; ".join(describe_errors(exc, prefix="policy."))
             raise InvalidRequest(f"invalid policy overrides: {details}", field="policy") from None
 
     def get(self, principal: Principal, session_id: str) -> SessionRecord:
@@ -274,9 +315,8 @@ class SessionRegistry:
         dispatch = self._dispatch_sessions.pop(session_id, None)
         if dispatch is not None:
             await self._release(dispatch)
-        self.publisher.publish(
-            "session.deleted",
-            {"reason": "deleted", "deleted_by": principal.client_name},
+        self.publisher.emit(
+            SessionDeleted(reason="deleted", deleted_by=principal.client_name),
             session_id=session_id,
         )
         return record
@@ -317,11 +357,23 @@ class SessionRegistry:
             "owner": record.owner,
             "model": record.model,
             "resolved_model": self.resolved_model(record.model),
-            "policy": self._effective_policy(record.policy_overrides).model_dump(mode="json"),
+            "policy": shown_policy(self.config, record).model_dump(mode="json"),
             "policy_overrides": record.policy_overrides,
             "created_at": record.created_at,
             "status": "running" if active is not None else "idle",
             "current_turn_id": active.id if active is not None else None,
+            **self._agent_json(record),
+            "dry_run": record.dry_run,
+            "tokens_used": record.tokens_used,
+        }
+
+    def _agent_json(self, record: SessionRecord) -> dict[str, Any]:
+        """The agent, profile and family of a session (specs/agents.md)."""
+        return {
+            "agent": record.agent,
+            "profile": record.profile or DEFAULT_PROFILE,
+            "parent_session_id": record.parent_session_id,
+            "children": self.store.children_of(record.id),
         }
 
     def dispatch_session(self, record: SessionRecord) -> DispatchSession:

@@ -29,14 +29,14 @@ from pathlib import Path
 LOCK_FILE = "lock"
 
 
-class StartupError(Exception):
+class StartupFailed(Exception):
     """The server cannot start; the message is the one line printed on stderr."""
 
 
 def bind_listener(host: str, port: int) -> socket.socket:
     """A TCP socket bound to ``host:port`` (not yet listening; uvicorn does that).
 
-    Raises StartupError naming the address (e.g. the port is in use)."""
+    Raises StartupFailed naming the address (e.g. the port is in use)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on accepted sockets whose
     # proto says TCP. Without it Nagle holds each small write (a WebSocket event,
@@ -50,7 +50,7 @@ def bind_listener(host: str, port: int) -> socket.socket:
         sock.close()
         shown = f"[{host}]" if ":" in host else host
         why = "the port is in use" if exc.errno == errno.EADDRINUSE else exc.strerror or str(exc)
-        raise StartupError(f"cannot listen on {shown}:{port}: {why}") from None
+        raise StartupFailed(f"cannot listen on {shown}:{port}: {why}") from None
     sock.set_inheritable(False)
     return sock
 
@@ -73,7 +73,7 @@ class DataDirLock:
     def acquire(cls, data_dir: Path) -> DataDirLock:
         """Create the data dir if needed and lock it.
 
-        Raises StartupError: the path is not a usable directory, or another
+        Raises StartupFailed: the path is not a usable directory, or another
         process holds the lock (``data dir <path> is in use by pid <n>``).
         Nothing is left behind on failure."""
         created = _make_dirs(data_dir)
@@ -83,7 +83,7 @@ class DataDirLock:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as exc:
             _remove_dirs(created)
-            raise StartupError(
+            raise StartupFailed(
                 f"cannot use data dir {data_dir}: {exc.strerror or exc} ({path})"
             ) from None
         try:
@@ -97,8 +97,8 @@ class DataDirLock:
                 _remove_dirs(created)
             if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 who = f"pid {holder}" if holder else "another process"
-                raise StartupError(f"data dir {data_dir} is in use by {who}") from None
-            raise StartupError(f"cannot lock data dir {data_dir}: {exc.strerror}") from None
+                raise StartupFailed(f"data dir {data_dir} is in use by {who}") from None
+            raise StartupFailed(f"cannot lock data dir {data_dir}: {exc.strerror}") from None
         try:
             # Who holds it, for the next one's message (read under no lock: best effort).
             os.ftruncate(fd, 0)
@@ -131,16 +131,16 @@ def _make_dirs(data_dir: Path) -> list[Path]:
             break
         probe = probe.parent
     if probe.exists() and not probe.is_dir():
-        raise StartupError(f"cannot use data dir {data_dir}: {probe} is not a directory")
+        raise StartupFailed(f"cannot use data dir {data_dir}: {probe} is not a directory")
     missing.reverse()
     try:
         data_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         _remove_dirs(missing)
-        raise StartupError(f"cannot create data dir {data_dir}: {exc.strerror or exc}") from None
+        raise StartupFailed(f"cannot create data dir {data_dir}: {exc.strerror or exc}") from None
     if not os.access(data_dir, os.W_OK | os.X_OK):
         _remove_dirs(missing)
-        raise StartupError(f"cannot use data dir {data_dir}: it is not writable")
+        raise StartupFailed(f"cannot use data dir {data_dir}: it is not writable")
     return missing
 
 

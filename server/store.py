@@ -47,6 +47,12 @@ class TurnFailureReason(StrEnum):
     MODEL_ERROR = "model_error"
     STEP_LIMIT = "step_limit"
     SESSION_MISSING = "session_missing"
+    # Scale-out: the replica running the turn died; a survivor ended it.
+    REPLICA_LOST = "replica_lost"
+    # The session's token budget (limits.max_tokens) is used up.
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    # A pre_llm_call hook blocked the model call (exit 2).
+    BLOCKED_BY_HOOK = "blocked_by_hook"
 
 
 class TurnCancelReason(StrEnum):
@@ -112,7 +118,7 @@ def now_rfc3339() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
-class StoreError(Exception):
+class StoreUnavailable(Exception):
     """The state database cannot be opened or used."""
 
 
@@ -133,6 +139,10 @@ class SessionRecord:
     profile: str | None = None
     # Set on a sub-agent's worker session: the session that dispatched it.
     parent_session_id: str | None = None
+    # Every turn of the session is a dry-run (specs/pipeline.md).
+    dry_run: bool = False
+    # Input + output tokens its model calls used so far (limits.max_tokens).
+    tokens_used: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +163,12 @@ class TurnRecord:
     usage: dict[str, Any] | None = None
     created_at: str = field(default_factory=now_rfc3339)
     finished_at: str | None = None
+    # A dry-run turn: write/execute calls were recorded in ``plan``, not run.
+    dry_run: bool = False
+    # A dry-run turn's planned actions: [{tool_use_id, tool_name, summary, input}].
+    plan: list[dict[str, Any]] | None = None
+    # The quality gates' outcome at the turn's end: [{name, passed, exit_code, required}].
+    quality_gates: list[dict[str, Any]] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -169,6 +185,9 @@ class TurnRecord:
             "created_by": self.created_by,
             "created_at": self.created_at,
             "finished_at": self.finished_at,
+            "dry_run": self.dry_run,
+            "plan": self.plan,
+            "quality_gates": self.quality_gates,
         }
 
 
@@ -259,8 +278,9 @@ class Store:
             if "message" not in columns:
                 conn.execute("ALTER TABLE turns ADD COLUMN message TEXT")
             _add_session_columns(conn)
+            _add_turn_columns(conn)
         except sqlite3.Error as exc:
-            raise StoreError(f"cannot open the state database {path}: {exc}") from exc
+            raise StoreUnavailable(f"cannot open the state database {path}: {exc}") from exc
         return cls(conn)
 
     def close(self) -> None:
@@ -275,7 +295,8 @@ class Store:
     def _add_session(self, record: SessionRecord) -> None:
         self._conn.execute(
             "INSERT INTO sessions (id, name, workspace, owner, model, policy, created_at,"
-            " agent, profile, parent_session_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " agent, profile, parent_session_id, dry_run)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 record.id,
                 record.name,
@@ -287,6 +308,7 @@ class Store:
                 record.agent,
                 record.profile,
                 record.parent_session_id,
+                int(record.dry_run),
             ),
         )
 
@@ -328,6 +350,18 @@ class Store:
         ).fetchall()
         return [str(r[0]) for r in rows]
 
+    def add_session_tokens(self, session_id: str, tokens: int) -> int:
+        """Add ``tokens`` to a session's running total (``limits.max_tokens``)
+        and return the new total; one statement, so concurrent adds never
+        lose one. 0 for a session that is gone."""
+        with self._writing():
+            row = self._conn.execute(
+                "UPDATE sessions SET tokens_used = COALESCE(tokens_used, 0) + ?"
+                " WHERE id = ? RETURNING tokens_used",
+                (max(0, tokens), session_id),
+            ).fetchone()
+        return int(row[0]) if row else 0
+
     def delete_session(self, session_id: str) -> bool:
         # Kept as a tombstone: the event log still holds the session's events, and
         # deciding who may replay them needs the owner.
@@ -353,8 +387,8 @@ class Store:
     def _add_turn(self, record: TurnRecord) -> None:
         self._conn.execute(
             "INSERT INTO turns (id, session_id, number, kind, status, reason, request, results,"
-            " usage, created_by, created_at, finished_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " usage, created_by, created_at, finished_at, dry_run)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 record.id,
                 record.session_id,
@@ -368,6 +402,7 @@ class Store:
                 record.created_by,
                 record.created_at,
                 record.finished_at,
+                int(record.dry_run),
             ),
         )
 
@@ -407,17 +442,27 @@ class Store:
         *,
         results: list[dict[str, Any]] | None,
         usage: dict[str, Any] | None,
+        plan: list[dict[str, Any]] | None = None,
+        quality_gates: list[dict[str, Any]] | None = None,
     ) -> None:
-        """Store a running turn's results and usage before its end is logged, so a
-        recovery that finds the end in the log (and the turn still running here)
-        keeps them; the status changes only with ``finish_turn``."""
-        if results is None and usage is None:
+        """Store a running turn's results, usage, dry-run plan and quality
+        gates' outcome before its end is logged, so a recovery that finds the
+        end in the log (and the turn still running here) keeps them; the
+        status changes only with ``finish_turn``."""
+        if results is None and usage is None and plan is None and quality_gates is None:
             return
         with self._writing():
             self._conn.execute(
-                "UPDATE turns SET results = COALESCE(?, results), usage = COALESCE(?, usage)"
+                "UPDATE turns SET results = COALESCE(?, results), usage = COALESCE(?, usage),"
+                " plan = COALESCE(?, plan), quality_gates = COALESCE(?, quality_gates)"
                 " WHERE id = ? AND status = 'running'",
-                (self._dump_results(turn_id, results), _dump_opt(usage), turn_id),
+                (
+                    self._dump_results(turn_id, results),
+                    _dump_opt(usage),
+                    _dump_opt(plan),
+                    _dump_opt(quality_gates),
+                    turn_id,
+                ),
             )
 
     def _dump_results(self, turn_id: str, results: list[dict[str, Any]] | None) -> str | None:
@@ -494,8 +539,7 @@ class Store:
 
     def get_turn(self, turn_id: str, *, session_id: str | None = None) -> TurnRecord | None:
         row = self._conn.execute(
-            "SELECT id, session_id, number, kind, status, reason, request, results, usage,"
-            " created_by, created_at, finished_at, message FROM turns WHERE id = ?",
+            f"SELECT {_TURN_COLUMNS} FROM turns WHERE id = ?",
             (turn_id,),
         ).fetchone()
         if row is None:
@@ -507,18 +551,14 @@ class Store:
 
     def list_turns(self, session_id: str) -> list[TurnRecord]:
         rows = self._conn.execute(
-            "SELECT id, session_id, number, kind, status, reason, request, results, usage,"
-            " created_by, created_at, finished_at, message FROM turns WHERE session_id = ?"
-            " ORDER BY number",
+            f"SELECT {_TURN_COLUMNS} FROM turns WHERE session_id = ? ORDER BY number",
             (session_id,),
         ).fetchall()
         return self._resolve_results([_turn(r) for r in rows])
 
     def running_turns(self) -> list[TurnRecord]:
         rows = self._conn.execute(
-            "SELECT id, session_id, number, kind, status, reason, request, results, usage,"
-            " created_by, created_at, finished_at, message FROM turns WHERE status = 'running'"
-            " ORDER BY created_at",
+            f"SELECT {_TURN_COLUMNS} FROM turns WHERE status = 'running' ORDER BY created_at",
         ).fetchall()
         return self._resolve_results([_turn(r) for r in rows])
 
@@ -595,10 +635,18 @@ def _load_opt(text: str | None) -> Any:
 
 
 _SESSION_COLUMNS = (
-    "id, name, workspace, owner, model, policy, created_at, agent, profile, parent_session_id"
+    "id, name, workspace, owner, model, policy, created_at, agent, profile, parent_session_id,"
+    " dry_run, tokens_used"
+)
+_TURN_COLUMNS = (
+    "id, session_id, number, kind, status, reason, request, results, usage,"
+    " created_by, created_at, finished_at, message, dry_run, plan, quality_gates"
 )
 # Columns sessions gained after the first release: (name, SQL type).
 _LATER_SESSION_COLUMNS = (("agent", "TEXT"), ("profile", "TEXT"), ("parent_session_id", "TEXT"))
+# The execution pipeline's (issue 13); NULL in existing rows reads as 0 / false.
+_PIPELINE_SESSION_COLUMNS = (("dry_run", "INTEGER"), ("tokens_used", "INTEGER"))
+_LATER_TURN_COLUMNS = (("dry_run", "INTEGER"), ("plan", "TEXT"), ("quality_gates", "TEXT"))
 
 
 def _add_session_columns(conn: sqlite3.Connection) -> None:
@@ -606,10 +654,19 @@ def _add_session_columns(conn: sqlite3.Connection) -> None:
     it lacks are added (NULL in existing rows: such a session runs as before,
     with no agent and the ``full`` profile), nothing else changes."""
     have = {row[1] for row in conn.execute("PRAGMA table_info(sessions)")}
-    for name, kind in _LATER_SESSION_COLUMNS:
+    for name, kind in (*_LATER_SESSION_COLUMNS, *_PIPELINE_SESSION_COLUMNS):
         if name not in have:
             conn.execute(f"ALTER TABLE sessions ADD COLUMN {name} {kind}")
     conn.execute("CREATE INDEX IF NOT EXISTS sessions_by_parent ON sessions(parent_session_id)")
+
+
+def _add_turn_columns(conn: sqlite3.Connection) -> None:
+    """The turn columns of the execution pipeline, added to an older data
+    dir's turns table (NULL in existing rows: not a dry-run, no plan)."""
+    have = {row[1] for row in conn.execute("PRAGMA table_info(turns)")}
+    for name, kind in _LATER_TURN_COLUMNS:
+        if name not in have:
+            conn.execute(f"ALTER TABLE turns ADD COLUMN {name} {kind}")
 
 
 def _session(row: tuple[Any, ...]) -> SessionRecord:
@@ -624,6 +681,8 @@ def _session(row: tuple[Any, ...]) -> SessionRecord:
         agent=row[7],
         profile=row[8],
         parent_session_id=row[9],
+        dry_run=bool(row[10]),
+        tokens_used=int(row[11] or 0),
     )
 
 
@@ -642,4 +701,7 @@ def _turn(row: tuple[Any, ...]) -> TurnRecord:
         created_at=row[10],
         finished_at=row[11],
         message=row[12],
+        dry_run=bool(row[13]),
+        plan=_load_opt(row[14]),
+        quality_gates=_load_opt(row[15]),
     )

@@ -30,6 +30,7 @@ from eventbus import (
     SubscriberTooSlow,
     Subscription,
 )
+from protocol.payloads import ClientAttached, ClientDetached, Payload
 from server.auth import Principal
 from server.errors import ApiError, InvalidRequest, error_body
 from server.middleware import deny_websocket, principal_of
@@ -88,7 +89,10 @@ async def serve_stream(ws: WebSocket, runtime: Services, session_id: str | None)
     principal = principal_of(ws.scope)
     try:
         if session_id is not None:
-            runtime.sessions.get(principal, session_id)
+            if runtime.cluster is not None:  # the session may live on another replica
+                await runtime.cluster.check_visible(principal, session_id)
+            else:
+                runtime.sessions.get(principal, session_id)
         after = parse_after(ws.query_params.get("after"))
     except ApiError as err:
         await deny_websocket(ws.scope, ws.send, err.status, err.body())
@@ -123,6 +127,8 @@ async def serve_stream(ws: WebSocket, runtime: Services, session_id: str | None)
         session_id=session_id, client_name=principal.client_name, token_name=principal.token_name
     )
     if session_id is not None:
+        if runtime.cluster is not None:
+            await runtime.cluster.attached(session_id, attachment)
         _publish_presence(runtime, "client.attached", session_id, attachment.client_id, principal)
     close: _Close = _DISCONNECTED
     try:
@@ -130,8 +136,13 @@ async def serve_stream(ws: WebSocket, runtime: Services, session_id: str | None)
     finally:
         subscription.close()
         runtime.presence.detach(attachment)
+        if runtime.cluster is not None and session_id is not None:
+            await runtime.cluster.detached(session_id, attachment)
         # After session.deleted nothing more belongs to the session's stream.
-        if session_id is not None and runtime.store.get_session(session_id) is not None:
+        if session_id is not None and (
+            runtime.store.get_session(session_id) is not None
+            or (runtime.cluster is not None and await runtime.cluster.known(session_id))
+        ):
             reason = "disconnected" if close is _DISCONNECTED else close.reason
             _publish_presence(
                 runtime, "client.detached", session_id, attachment.client_id, principal, reason
@@ -267,11 +278,16 @@ def _publish_presence(
     principal: Principal,
     reason: str | None = None,
 ) -> None:
-    data: dict[str, str | None] = {"client_id": client_id, "client_name": principal.client_name}
+    """The one publisher of ``client.attached`` and ``client.detached``."""
+    payload: Payload
     if type == "client.detached":
-        data["reason"] = reason
+        payload = ClientDetached(
+            client_id=client_id, client_name=principal.client_name, reason=reason
+        )
+    else:
+        payload = ClientAttached(client_id=client_id, client_name=principal.client_name)
     try:
-        runtime.bus.publish(type, data, session_id=session_id)
+        runtime.bus.emit(payload, session_id=session_id)
     except EventBusError:
         # Shutting down: presence events are not worth failing over.
         log.debug("presence event %s not published: bus closed", type)

@@ -45,7 +45,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from dispatcher.errors import ToolExecutionError, ToolPermissionDenied, ToolValidationError
+from dispatcher.errors import ToolExecutionError, ToolPermissionDenied, ToolValidationFailed
 from dispatcher.tools.agents import SubagentReport, SubagentRequest
 from dispatcher.tools.agents.dispatch import SubagentStatus
 from eventbus import EventBus, EventBusError, SubscriberTooSlow
@@ -54,6 +54,7 @@ from server.agents import UnknownAgent, resolve_agent, subagent_types
 from server.auth import Principal
 from server.config import Config
 from server.errors import ApiError
+from server.session_registry import publish_session_created
 from server.store import SessionRecord, Store, TurnRecord, TurnStatus
 from server.turn_supervisor import new_id
 
@@ -186,7 +187,7 @@ class SubagentService:
         except UnknownAgent:
             agent = None
         if agent is None or not agent.config.subagent:
-            raise ToolValidationError(
+            raise ToolValidationFailed(
                 f"agent_type {agent_type!r} is not a sub-agent type; use one of: "
                 + ", ".join(known)
             )
@@ -230,19 +231,11 @@ class SubagentService:
         )
         try:
             store.add_session(child)
-            bus.publish(
-                "session.created",
-                {
-                    "workspace": child.workspace,
-                    "name": child.name,
-                    "owner": child.owner,
-                    "model": child.model,
-                    "created_by": principal.client_name,
-                    "agent": child.agent,
-                    "profile": child.profile,
-                    "parent_session_id": parent.id,
-                },
-                session_id=child.id,
+            publish_session_created(
+                bus,
+                child,
+                principal.client_name,
+                {"agent": child.agent, "profile": child.profile, "parent_session_id": parent.id},
             )
             turn = turns.start(principal, child, {"message": task_message(request)})
         except ApiError as exc:
@@ -268,7 +261,12 @@ class SubagentService:
         return report
 
     def _roll_up(self, request: SubagentRequest, usage: dict[str, int]) -> None:
-        """Add the child's tokens to the parent turn's usage, if it still runs."""
+        """Add the child's tokens to the parent's session budget (``limits.
+        max_tokens``: a sub-agent is no way around it) and to the parent
+        turn's usage, if it still runs."""
+        spent = usage.get("input_tokens", 0) + usage.get("output_tokens", 0)
+        with contextlib.suppress(ApiError):  # a storage fault: the turn's usage still counts
+            self._store().add_session_tokens(request.parent_session_id, spent)
         active = self._turns().active(request.parent_session_id)
         if active is None or active.id != request.parent_turn_id or active.context is None:
             return

@@ -20,6 +20,7 @@ from enum import StrEnum
 from typing import Any
 
 from dispatcher.publisher import EventPublisher
+from protocol.payloads import Payload, TurnCancelled, TurnCompleted, TurnFailed, TurnStarted
 from server.store import (
     TurnCancelReason,
     TurnFailureReason,
@@ -74,15 +75,7 @@ STATUS_OF: dict[TurnPhase, TurnStatus] = {
 }
 
 
-# The terminal event of each end (named whole, so a search finds its one publisher).
-EVENT_OF: dict[TurnPhase, str] = {
-    TurnPhase.COMPLETED: "turn.completed",
-    TurnPhase.FAILED: "turn.failed",
-    TurnPhase.CANCELLED: "turn.cancelled",
-}
-
-
-class TurnTransitionError(RuntimeError):
+class InvalidTurnTransition(RuntimeError):
     """A move the table does not allow: a bug in the supervisor, never a client's doing."""
 
 
@@ -139,12 +132,12 @@ class Turn:
 
     def _move(self, to: TurnPhase) -> None:
         if to not in TRANSITIONS[self.phase]:
-            raise TurnTransitionError(f"turn {self.id}: {self.phase} cannot become {to}")
+            raise InvalidTurnTransition(f"turn {self.id}: {self.phase} cannot become {to}")
         self.phase = to
 
     def start(self, data: dict[str, Any]) -> None:
         """Publish ``turn.started`` (the record is stored, the task not yet made)."""
-        self._publish("turn.started", data)
+        self._publish(TurnPhase.RUNNING, data)
 
     def request_cancel(self, by: str, reason: TurnCancelReason) -> bool:
         """Mark the turn to end cancelled; False if it is already ending
@@ -174,10 +167,11 @@ class Turn:
         interrupted: bool,
         usage: dict[str, int] | None,
         results: int,
+        plan: list[dict[str, Any]] | None = None,
     ) -> TurnEnd:
         """Decide the turn's end (see :meth:`ending`) and hold it: from here on a
         cancel or stop request no longer changes it."""
-        end = self.ending(outcome, failure, failure_reason, interrupted, usage, results)
+        end = self.ending(outcome, failure, failure_reason, interrupted, usage, results, plan)
         self._move(TurnPhase.FINISHING)
         return end
 
@@ -189,10 +183,13 @@ class Turn:
         interrupted: bool,
         usage: dict[str, int] | None,
         results: int,
+        plan: list[dict[str, Any]] | None = None,
     ) -> TurnEnd:
         """The end this turn takes now that its runner returned (``outcome``),
         raised (``failure``, ``failure_reason``) or had its task cancelled
-        (``interrupted``). A stop, then a cancel request decides it first."""
+        (``interrupted``). A stop, then a cancel request decides it first.
+        ``plan`` (a dry-run turn's planned actions) goes into a completed
+        turn's event; the turn record keeps it whatever the end."""
         if self.phase is TurnPhase.STOPPING:
             reason = self.stop_reason or TurnFailureReason.SERVER_SHUTDOWN
             return TurnEnd(
@@ -229,12 +226,28 @@ class Turn:
         data = {"usage": usage, "results": results, "errors": errors}
         if outcome is not None:
             data.update(outcome.details)
+        if plan is not None:
+            data["plan"] = plan
         return TurnEnd(TurnPhase.COMPLETED, None, data)
 
     def end(self, end: TurnEnd) -> None:
         """Take ``end`` (checked against the table) and publish its terminal event."""
         self._move(end.phase)
-        self._publish(EVENT_OF[end.phase], end.data)
+        self._publish(end.phase, end.data)
 
-    def _publish(self, type: str, data: dict[str, Any]) -> None:
-        self.publisher.publish(type, data, session_id=self.session_id, turn_id=self.id)
+    def _publish(self, phase: TurnPhase, data: dict[str, Any]) -> None:
+        self.publisher.emit(turn_event(phase, data), session_id=self.session_id, turn_id=self.id)
+
+
+def turn_event(phase: TurnPhase, data: dict[str, Any]) -> Payload:
+    """The one builder of ``turn.*`` payloads (tests/test_event_publishers.py):
+    ``turn.started`` for a running turn, else the event of its end. Besides
+    :class:`Turn`, only server/cluster.py uses it, to end the turns of a lost
+    replica that no ``Turn`` object here holds."""
+    if phase is TurnPhase.COMPLETED:
+        return TurnCompleted(**data)
+    if phase is TurnPhase.FAILED:
+        return TurnFailed(**data)
+    if phase is TurnPhase.CANCELLED:
+        return TurnCancelled(**data)
+    return TurnStarted(**data)

@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from dispatcher import DispatchSession, ToolDispatcher
+from dispatcher.pipeline.hooks import HookEvent
 from dispatcher.publisher import EventPublisher
 from protocol.canonical import Message
 from server.auth import Principal
@@ -34,10 +35,21 @@ from server.store import (
     TurnRecord,
     TurnStatus,
 )
+from server.turn_pipeline import run_hooks
 from server.turn_state import RESTART_MESSAGE, Turn, TurnEnd, TurnPhase
 from server.turns import ToolUsesRunner, TurnContext, TurnOutcome, TurnRunner, interrupted_result
 
 log = logging.getLogger("toolrelay.sessions")
+
+# Failures on_error hooks do not run for: the server is going away (a hook
+# would hold up the shutdown) or the turn's task was cut off.
+_NO_ON_ERROR = frozenset(
+    {
+        TurnFailureReason.SERVER_SHUTDOWN,
+        TurnFailureReason.SERVER_RESTART,
+        TurnFailureReason.INTERRUPTED,
+    }
+)
 
 # How long a cancel request waits for the turn to wind down before answering 202.
 CANCEL_WAIT = 2.0
@@ -143,6 +155,8 @@ class TurnSupervisor:
                 turn_id=running.id,
             )
         dispatch_session = self._dispatch_session(record)
+        # A dry-run turn: asked for in the request or the session is one.
+        dry_run = bool(request.get("dry_run")) or record.dry_run
         turn_record = TurnRecord(
             id=new_id("turn"),
             session_id=record.id,
@@ -151,6 +165,7 @@ class TurnSupervisor:
             status=TurnStatus.RUNNING,
             request=request,
             created_by=principal.client_name,
+            dry_run=dry_run,
         )
         self.store.add_turn(turn_record)
         turn_id = turn_record.id
@@ -162,6 +177,7 @@ class TurnSupervisor:
             dispatcher=self.dispatcher,
             publisher=self.publisher,
             append_message=lambda message: self._append(record.id, turn_id, message),
+            dry_run=dry_run,
         )
         turn = Turn(record=turn_record, publisher=self.publisher, context=context)
         self._active[record.id] = turn
@@ -172,6 +188,8 @@ class TurnSupervisor:
         }
         if kind == "tool_uses":
             started["tool_use_ids"] = [b["id"] for b in request["tool_uses"]]
+        if dry_run:
+            started["dry_run"] = True
         turn.start(started)
         turn.task = asyncio.create_task(self._drive(turn, context, runner), name=f"turn-{turn_id}")
         return turn_record
@@ -280,16 +298,39 @@ class TurnSupervisor:
         ``running``, which recovery reconciles with the log."""
         results = [r.model_dump(mode="json") for r in outcome.results] if outcome else None
         usage = outcome.usage if outcome and outcome.usage is not None else ctx.usage
+        plan = self._end_dispatch(ctx)
+        gates = outcome.quality_gates if outcome is not None else None
         end = turn.decide(
-            outcome, failure, failure_reason, interrupted, usage, results=len(results or [])
+            outcome,
+            failure,
+            failure_reason,
+            interrupted,
+            usage,
+            results=len(results or []),
+            plan=plan,
         )
+        hook_cut_short = False
+        if end.status is TurnStatus.FAILED and end.reason not in _NO_ON_ERROR and not self._closing:
+            try:
+                await run_hooks(
+                    ctx.dispatch_session,
+                    HookEvent.ON_ERROR,
+                    turn_id=ctx.turn_id,
+                    extra={"reason": str(end.reason), "message": end.message},
+                )
+            except asyncio.CancelledError:
+                # A shutdown cancelled the task during the hook: the end is
+                # still recorded below, then the cancellation goes on.
+                hook_cut_short = True
         try:
             if end.status is not TurnStatus.COMPLETED:
                 # The runner may have been cut short (a storage fault, a cancellation
                 # between appends): every tool_use of this turn gets a result.
                 await self._storage_retry(lambda: self._answer_orphans(ctx.session_id, ctx.turn_id))
             await self._storage_retry(
-                lambda: self.store.set_turn_outcome(ctx.turn_id, results=results, usage=usage)
+                lambda: self.store.set_turn_outcome(
+                    ctx.turn_id, results=results, usage=usage, plan=plan, quality_gates=gates
+                )
             )
             turn.end(end)
             if self._wait_durable is not None:
@@ -310,6 +351,29 @@ class TurnSupervisor:
             # turn) or the store stayed unwritable until shutdown: the store keeps
             # "running", and recovery at the next start ends the turn in both.
             log.warning("turn %s ended %s but not durably: %s", ctx.turn_id, end.status, exc)
+        if hook_cut_short:
+            raise asyncio.CancelledError
+
+    def _end_dispatch(self, ctx: TurnContext) -> list[dict[str, Any]] | None:
+        """Tell the dispatcher the turn ended (its per-turn counters go) and
+        take the turn's dry-run plan (None for a turn that is not a dry-run)."""
+        session = ctx.dispatch_session
+        actions = session.planned.pop(ctx.turn_id, [])
+        try:
+            self.dispatcher.end_turn(session, ctx.turn_id)
+        except Exception:  # bookkeeping only: never stands in the way of the turn's end
+            log.exception("ending turn %s in the dispatcher failed", ctx.turn_id)
+        if not ctx.dry_run:
+            return None
+        # Calls of one message are recorded as they finish, concurrently: the
+        # plan is given in the order the calls were made.
+        order: dict[str, int] = {}
+        for message in self.store.turn_messages(ctx.session_id, ctx.turn_id):
+            for block in message.message.get("content", []):
+                if block.get("type") == "tool_use":
+                    order.setdefault(block["id"], len(order))
+        ordered = sorted(actions, key=lambda a: order.get(a.tool_use_id, len(order)))
+        return [action.as_dict() for action in ordered]
 
     async def _storage_retry(self, write: Callable[[], object]) -> None:
         """Run a store write, retrying with backoff through a storage fault (the

@@ -19,6 +19,7 @@ from dispatcher import DispatchSession, ToolDispatcher
 from dispatcher.event_output import event_message
 from dispatcher.publisher import EventPublisher
 from protocol.canonical import Message, ToolResultBlock, ToolUseBlock, text_result
+from protocol.payloads import MessageCompleted, Payload
 from server.store import MessageRecord, TurnFailureReason
 
 
@@ -41,9 +42,20 @@ class TurnContext:
     # Tokens the turn's sub-agents used (dispatch_subagent, server/subagents.py);
     # the agent loop adds them to its own usage, so the turn's usage covers both.
     subagent_usage: dict[str, int] = field(default_factory=dict)
+    # A dry-run turn (the request's ``dry_run`` or the session's): write and
+    # execute calls are recorded in the session's ``planned``, not run.
+    dry_run: bool = False
 
-    def publish(self, type: str, data: dict[str, Any]) -> None:
-        self.publisher.publish(type, data, session_id=self.session_id, turn_id=self.turn_id)
+    def emit(self, payload: Payload) -> None:
+        """Publish a typed payload in this turn."""
+        self.publisher.emit(payload, session_id=self.session_id, turn_id=self.turn_id)
+
+    async def dispatch_all(self, blocks: list[ToolUseBlock]) -> list[ToolResultBlock]:
+        """Run one assistant message's calls through the dispatcher, as a
+        dry-run when the turn is one."""
+        return await self.dispatcher.dispatch_all(
+            blocks, self.dispatch_session, turn_id=self.turn_id, dry_run=self.dry_run
+        )
 
     def add_subagent_usage(self, usage: dict[str, int]) -> None:
         """Roll a finished sub-agent's token usage up into this turn's."""
@@ -58,9 +70,8 @@ class TurnContext:
         """``message.completed`` for an appended message, its tool results cut to
         the events' output limit (the conversation keeps them whole)."""
         limit = self.dispatcher.max_event_output_bytes
-        self.publish(
-            "message.completed", {"message": event_message(message.model_dump(mode="json"), limit)}
-        )
+        shown = event_message(message.model_dump(mode="json"), limit)
+        self.emit(MessageCompleted(message=shown))  # type: ignore[arg-type]  # JSON of a Message
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +96,9 @@ class TurnOutcome:
     usage: dict[str, int] | None = None
     failure: TurnFailure | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    # The quality gates' outcome when they ran at the turn's end (see
+    # server/turn_pipeline.py gates_summary); kept in the turn record.
+    quality_gates: list[dict[str, Any]] | None = None
 
 
 class TurnRunner(Protocol):
@@ -104,11 +118,9 @@ class ToolUsesRunner:
         blocks = [ToolUseBlock.model_validate(b) for b in ctx.request["tool_uses"]]
         assistant = Message(role="assistant", content=list(blocks))
         ctx.append_message(assistant)
-        ctx.publish("message.completed", {"message": assistant.model_dump(mode="json")})
+        ctx.publish_message(assistant)
         try:
-            results = await ctx.dispatcher.dispatch_all(
-                blocks, ctx.dispatch_session, turn_id=ctx.turn_id
-            )
+            results = await ctx.dispatch_all(blocks)
         except asyncio.CancelledError:
             # Shutdown cancels the task: the conversation still gets an answer
             # for every call, so it stays valid for the model afterwards.

@@ -45,7 +45,7 @@ def test_the_readme_has_config_snippets() -> None:
 def test_each_config_snippet_loads(snippet: str, tmp_path: Path) -> None:
     path = tmp_path / "toolrelay.yaml"
     path.write_text(snippet, encoding="utf-8")
-    config = load_config(path, env={})  # ConfigError (naming the key) if not
+    config = load_config(path, env={})  # ConfigInvalid (naming the key) if not
     # Whatever the snippet sets is really set, not silently dropped.
     assert config.model_dump(exclude_unset=True).keys() >= yaml.safe_load(snippet).keys()
 

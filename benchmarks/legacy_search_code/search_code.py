@@ -31,7 +31,7 @@ from typing import Any
 
 import anyio.to_thread
 
-from dispatcher.errors import ToolCancelled, ToolExecutionError, ToolValidationError
+from dispatcher.errors import ToolCancelled, ToolExecutionError, ToolValidationFailed
 from dispatcher.process import guarded_exec
 from dispatcher.tool import ToolContext, ToolOutput
 from dispatcher.tools.common import (
@@ -136,7 +136,7 @@ class SearchCodeTool:
         try:
             re.compile(pattern, re.IGNORECASE if ignore_case else 0)
         except re.error as exc:
-            raise ToolValidationError(f"pattern is not a valid Python regex: {exc}") from exc
+            raise ToolValidationFailed(f"pattern is not a valid Python regex: {exc}") from exc
         limit: int = input.get("max_results", 50)
         ctx_lines: int = input.get("context_lines", 2)
         ws = context.workspace_files

@@ -38,8 +38,8 @@ from clients.sdk.errors import (
     InvalidRequest,
     NotFound,
     PayloadTooLarge,
-    ProtocolError,
-    ServerError,
+    ProtocolViolation,
+    ServerFault,
     ToolrelayError,
     Unauthorized,
     WaitTimeout,
@@ -207,7 +207,7 @@ class ToolrelayClient:
         body = self._body(response)
         code, message = _error_fields(body)
         status = response.status_code
-        error_type = _STATUS_ERRORS.get(status, ServerError if status >= 500 else ApiError)
+        error_type = _STATUS_ERRORS.get(status, ServerFault if status >= 500 else ApiError)
         return error_type(
             status,
             message or response.reason_phrase or f"HTTP {status}",
@@ -221,12 +221,12 @@ class ToolrelayClient:
         try:
             return model.model_validate(body)
         except ValidationError as exc:
-            raise ProtocolError(f"unexpected {what} from the server: {exc}") from None
+            raise ProtocolViolation(f"unexpected {what} from the server: {exc}") from None
 
     def _parse_list(self, model: type[ModelT], body: Any, key: str) -> list[ModelT]:
         items = body.get(key) if isinstance(body, Mapping) else body
         if not isinstance(items, list):
-            raise ProtocolError(f"expected a list of {key} from the server, got {body!r:.200}")
+            raise ProtocolViolation(f"expected a list of {key} from the server, got {body!r:.200}")
         return [self._parse(model, item, key) for item in items]
 
     async def _get_json(self, path: str) -> Any:
@@ -292,7 +292,7 @@ class ToolrelayClient:
         body = self._body(response)
         turn_id = body.get("turn_id") if isinstance(body, Mapping) else None
         if not isinstance(turn_id, str):
-            raise ProtocolError(f"turn creation answered without a turn_id: {body!r:.200}")
+            raise ProtocolViolation(f"turn creation answered without a turn_id: {body!r:.200}")
         return turn_id
 
     async def send_message(self, session_id: str, text: str) -> str:
@@ -338,7 +338,7 @@ class ToolrelayClient:
 
         A failed turn carries its ``reason`` and ``message`` (what went wrong,
         as the server said it); with ``raise_on_failure`` it raises
-        :class:`TurnFailedError` instead of returning it.
+        :class:`TurnEndedFailed` instead of returning it.
         """
         seen: list[AnyEvent] = []
         turn = await self.get_turn(session_id, turn_id)
@@ -438,7 +438,7 @@ class ToolrelayClient:
         body = self._body(response)
         won = _find_resolution(body)
         if won is None:
-            raise ProtocolError(f"confirmation answer returned no decision: {body!r:.200}")
+            raise ProtocolViolation(f"confirmation answer returned no decision: {body!r:.200}")
         return won
 
     async def allow(

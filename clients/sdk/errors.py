@@ -9,10 +9,10 @@
     │   │   └── AlreadyResolved    a confirmation someone else answered first
     │   ├── PayloadTooLarge        413
     │   ├── InvalidRequest         422 (and 400)
-    │   └── ServerError            5xx
+    │   └── ServerFault            5xx
     ├── ConnectionFailed           the server could not be reached (after retries)
-    ├── ProtocolError              an answer or event that breaks the contract
-    ├── TurnFailedError            a turn the caller waited on failed
+    ├── ProtocolViolation          an answer or event that breaks the contract
+    ├── TurnEndedFailed            a turn the caller waited on failed
     ├── WaitTimeout(TimeoutError)  a bounded wait ran out
     └── StreamError                the event stream cannot go on
         ├── StreamGap              a session_seq went missing
@@ -21,10 +21,15 @@
 
 HTTP answers map onto one type per status the server documents, each
 carrying the server's own error code and message so a caller can show it
-unchanged; they are named for the status, as the server's are (the one
-exemption from "names end in Error" besides the dispatcher's tool
-outcomes). Stream problems have their own types, so nothing is ever
+unchanged. Stream problems have their own types, so nothing is ever
 reported as a bare ``Exception``.
+
+Naming rule, the same in every package's ``errors`` module: a base class
+(one that exists to be caught as a family) ends in ``Error``; a concrete
+exception is named for the condition it reports, without ``Error``. A
+condition refined by a narrower one keeps its condition name
+(``Conflict``, refined by ``AlreadyResolved``). ``TurnEndedFailed`` is not
+``TurnFailed`` because that name is the event's payload class.
 """
 
 from __future__ import annotations
@@ -105,7 +110,7 @@ class InvalidRequest(ApiError):
     """400/422: the server rejected the request body or parameters."""
 
 
-class ServerError(ApiError):
+class ServerFault(ApiError):
     """5xx (including 501 for features the server does not offer yet)."""
 
 
@@ -113,11 +118,11 @@ class ConnectionFailed(ToolrelayError):
     """The server could not be reached, even after the bounded retries."""
 
 
-class ProtocolError(ToolrelayError):
+class ProtocolViolation(ToolrelayError):
     """The server sent something that does not match the documented contract."""
 
 
-class TurnFailedError(ToolrelayError):
+class TurnEndedFailed(ToolrelayError):
     """A turn ended ``failed``: ``reason`` (``model_error``, ``step_limit``,
     ``server_shutdown`` ...) and the server's ``failure`` message, e.g.
     ``model call 1 failed: anthropic: auth (HTTP 401): invalid x-api-key``.

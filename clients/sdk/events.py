@@ -29,9 +29,10 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from clients.sdk.errors import ProtocolError
+from clients.sdk.errors import ProtocolViolation
 from protocol import payloads
 from protocol.catalog import EventType
+from protocol.validation_errors import describe_errors
 
 log = logging.getLogger("toolrelay.sdk")
 
@@ -173,6 +174,22 @@ class MemoryConsolidated(Event[payloads.MemoryConsolidated]):
     """``memory.consolidated``."""
 
 
+class HookCompleted(Event[payloads.HookCompleted]):
+    """``hook.completed``."""
+
+
+class ToolPlanned(Event[payloads.ToolPlanned]):
+    """``tool.planned``."""
+
+
+class GuardrailWarning(Event[payloads.GuardrailWarning]):
+    """``guardrail.warning``."""
+
+
+class QualityGateCompleted(Event[payloads.QualityGateCompleted]):
+    """``quality_gate.completed``."""
+
+
 AnyEvent = Event[Any]
 
 EVENT_CLASSES: Mapping[str, type[AnyEvent]] = {
@@ -199,6 +216,10 @@ EVENT_CLASSES: Mapping[str, type[AnyEvent]] = {
     EventType.MEMORY_REPLACED: MemoryReplaced,
     EventType.MEMORY_DELETED: MemoryDeleted,
     EventType.MEMORY_CONSOLIDATED: MemoryConsolidated,
+    EventType.HOOK_COMPLETED: HookCompleted,
+    EventType.TOOL_PLANNED: ToolPlanned,
+    EventType.GUARDRAIL_WARNING: GuardrailWarning,
+    EventType.QUALITY_GATE_COMPLETED: QualityGateCompleted,
 }
 """The event class of every catalog type (keys are ``EventType`` members, which
 hash and compare as their plain names)."""
@@ -207,7 +228,7 @@ hash and compare as their plain names)."""
 def parse_event(raw: str | bytes | Mapping[str, Any]) -> AnyEvent:
     """Decode one envelope (JSON text or a dict) into its typed event class.
 
-    Raises :class:`ProtocolError` naming the event type and the bad fields when
+    Raises :class:`ProtocolViolation` naming the event type and the bad fields when
     the envelope does not match the contract. A known type whose payload this
     SDK does not recognise (a newer server changed it) comes back as a
     :class:`GenericEvent` with a logged warning, so one event never ends a stream.
@@ -216,24 +237,21 @@ def parse_event(raw: str | bytes | Mapping[str, Any]) -> AnyEvent:
         try:
             decoded = json.loads(raw)
         except ValueError as exc:
-            raise ProtocolError(f"event is not valid JSON: {exc}") from None
+            raise ProtocolViolation(f"event is not valid JSON: {exc}") from None
     else:
         decoded = raw
     if not isinstance(decoded, Mapping):
-        raise ProtocolError(f"event must be a JSON object, got {type(decoded).__name__}")
+        raise ProtocolViolation(f"event must be a JSON object, got {type(decoded).__name__}")
     event_type = decoded.get("type")
     cls = EVENT_CLASSES.get(event_type, GenericEvent) if isinstance(event_type, str) else None
     if cls is None:
-        raise ProtocolError("event has no string 'type' field")
+        raise ProtocolViolation("event has no string 'type' field")
     try:
         return cls.model_validate(decoded)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"
-            for err in exc.errors(include_url=False)
-        )
+        problems = "; ".join(describe_errors(exc))
         if cls is GenericEvent or any(err["loc"][:1] != ("data",) for err in exc.errors()):
-            raise ProtocolError(
+            raise ProtocolViolation(
                 f"event {event_type!r} does not match the contract: {problems}"
             ) from None
     # The envelope is sound but a known payload is not what this SDK expects (a
@@ -242,4 +260,4 @@ def parse_event(raw: str | bytes | Mapping[str, Any]) -> AnyEvent:
     try:
         return GenericEvent.model_validate(decoded)
     except ValidationError:  # pragma: no cover - the envelope validated above
-        raise ProtocolError(f"event {event_type!r} does not match the contract") from None
+        raise ProtocolViolation(f"event {event_type!r} does not match the contract") from None

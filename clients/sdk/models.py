@@ -77,11 +77,11 @@ class Turn(Resource):
         return self.status == "failed"
 
     def raise_for_status(self) -> Turn:
-        """Raise :class:`TurnFailedError` (reason and message) if the turn failed."""
+        """Raise :class:`TurnEndedFailed` (reason and message) if the turn failed."""
         if self.failed:
-            from clients.sdk.errors import TurnFailedError
+            from clients.sdk.errors import TurnEndedFailed
 
-            raise TurnFailedError(
+            raise TurnEndedFailed(
                 self.id, self.reason, self.message, turn=self, details=self.failure_details
             )
         return self

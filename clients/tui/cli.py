@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from clients.local import (  # re-exported: the TUI's command line uses them
-    UsageError,
+    BadUsage,
     data_dir_from,
     resolve_token,
 )
@@ -25,7 +25,7 @@ from clients.sdk import (
 
 __all__ = [
     "DEFAULT_URL",
-    "UsageError",
+    "BadUsage",
     "data_dir_from",
     "open_session",
     "resolve_token",
@@ -157,7 +157,7 @@ def run(argv: list[str]) -> int:
         token = resolve_token(args.token, args.data_dir)
         # Constructed now to check the URL's form; used once the session is known.
         client = ToolrelayClient(url, token, client_name=args.name)
-    except (UsageError, ValueError) as exc:
+    except (BadUsage, ValueError) as exc:
         print(f"toolrelay tui: {exc}", file=sys.stderr)
         return 2
     try:

@@ -30,7 +30,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dispatcher.pipeline.globs import PathGlobs, check_globs
-from dispatcher.tools.shell.lexer import ShellSyntaxError, Word, parse
+from dispatcher.tools.shell.lexer import ShellSyntaxInvalid, Word, parse
 from protocol.canonical import SideEffects
 
 # Shell words looked at per command: a huge generated command line must not
@@ -95,6 +95,19 @@ class GuardrailConfig(_Model):
         for pattern in value:
             _compile_regex(pattern, "blocked command")
         return value
+
+    @property
+    def checks_calls(self) -> bool:
+        """Whether any rule looks at tool calls (quality gates alone run only
+        at the end of a turn): without one, a session gets no Guardrails and
+        its calls skip the stage."""
+        return bool(
+            self.protected_files
+            or self.blocked_commands
+            or self.max_lines_changed is not None
+            or self.max_files_modified is not None
+            or self.code_rules
+        )
 
     @field_validator("quality_gates")
     @classmethod
@@ -179,6 +192,9 @@ class Guardrails:
     def __init__(self, config: GuardrailConfig | None = None) -> None:
         self.config = config or GuardrailConfig()
         cfg = self.config
+        # False when only quality gates are configured: the dispatcher then
+        # skips the per-call stage (the server still reads the gates here).
+        self.checks_calls = cfg.checks_calls
         self._protected = PathGlobs(cfg.protected_files)
         self._blocked = [(p, re.compile(p)) for p in cfg.blocked_commands]
         self._rules = [
@@ -306,7 +322,7 @@ def _collect_words(command: str, cwd: str, out: list[tuple[str, str]], depth: in
         return
     try:
         script = parse(command, depth)
-    except ShellSyntaxError:
+    except ShellSyntaxInvalid:
         return
     for inner in script.substitutions:
         _collect_words(inner, cwd, out, depth + 1)

@@ -9,6 +9,10 @@ server's own environment). Exit 0 allows (stdout may be JSON with
 ``additionalContext`` and/or ``updatedInput``); exit 2 blocks a pre-hook
 (stderr is the reason); any other exit, or a timeout, is a warning and
 allows.
+
+Every run is reported as one ``hook.completed`` event, published here (in
+``HookRunner.run``) for tool hooks and the server's other hook events alike,
+through the publisher the runner was given.
 """
 
 from __future__ import annotations
@@ -26,7 +30,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dispatcher.pipeline.commands import minimal_env, run_shell_command
 from dispatcher.pipeline.globs import PathGlobs, check_globs
+from dispatcher.publisher import EventPublisher
 from dispatcher.sandbox import Sandbox, SandboxUnavailable
+from protocol.payloads import HookCompleted
 
 HOOK_OUTPUT_BYTES = 16 * 1024
 # TOOLRELAY_TOOL_INPUT stays well below the kernel's limit for one
@@ -97,6 +103,11 @@ class HooksConfig(BaseModel):
     context_compress: list[HookConfig] = Field(default_factory=list)
     agent_complete: list[HookConfig] = Field(default_factory=list)
 
+    @property
+    def configured(self) -> bool:
+        """Whether any event has a hook (else a session needs no HookRunner)."""
+        return any(self.for_event(event) for event in HookEvent)
+
     def for_event(self, event: HookEvent) -> list[HookConfig]:
         hooks: list[HookConfig] = getattr(self, event.value)
         return hooks
@@ -114,6 +125,8 @@ class HookContext:
     file: str | None = None
     tool_use_id: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    # The turn the hook runs in (the envelope of its hook.completed event).
+    turn_id: str | None = None
 
 
 Decision = Literal["allow", "block", "error"]
@@ -168,8 +181,11 @@ class HookRunner:
         *,
         base_env: Mapping[str, str] | None = None,
         output_limit: int = HOOK_OUTPUT_BYTES,
+        publisher: EventPublisher | None = None,
     ) -> None:
         self.config = config or HooksConfig()
+        # Where every run's hook.completed goes (None: not reported; scripts, tests).
+        self.publisher = publisher
         # The environment hooks start from: pass the server's scrubbed one.
         self._env = minimal_env(base_env)
         self._output_limit = output_limit
@@ -212,6 +228,7 @@ class HookRunner:
         current = context
         for hook in self.matching(event, context):
             result = await self._run_one(hook, event, current, sandbox)
+            self._report(result, current)
             results.append(result)
             if result.decision == "block":
                 break
@@ -239,6 +256,23 @@ class HookRunner:
             if block_reason(results) is not None:
                 break
         return results
+
+    def _report(self, result: HookResult, ctx: HookContext) -> None:
+        """The one place a ``hook.completed`` event is published."""
+        if self.publisher is None:
+            return
+        self.publisher.emit(
+            HookCompleted(
+                hook=result.name,
+                event=result.event.value,
+                decision=result.decision,
+                exit_code=result.exit_code,
+                duration_ms=result.duration_ms,
+                tool_use_id=result.tool_use_id,
+            ),
+            session_id=ctx.session_id,
+            turn_id=ctx.turn_id,
+        )
 
     async def _run_one(
         self, hook: HookConfig, event: HookEvent, ctx: HookContext, sandbox: Sandbox | None

@@ -24,7 +24,7 @@ from typing import Any
 
 from dispatcher.errors import ToolError
 from dispatcher.pipeline.guardrails import ProposedCall, command_paths
-from dispatcher.tools.files.textdiff import unified_file_diff
+from dispatcher.tools.files.textdiff import changed_lines, unified_file_diff
 from dispatcher.tools.patch.diff_parse import parse_unified_diff
 from dispatcher.workspace import WorkspaceFileAPI
 from protocol.canonical import SideEffects
@@ -48,7 +48,8 @@ def proposed_call(
     if tool_name == "patch_file" and isinstance(input.get("path"), str):
         rel = _paths(input["path"], workspace)
         old, new = str(input.get("old_str", "")), str(input.get("new_str", ""))
-        return _with(base, rel, ((rel[0], new),), _diff_lines(unified_file_diff(rel[0], old, new)))
+        lines = changed_lines(unified_file_diff(rel[0], old, new))
+        return _with(base, rel, ((rel[0], new),), lines)
     if tool_name == "delete_file" and isinstance(input.get("path"), str):
         return _with(base, _paths(input["path"], workspace), (), None)
     if tool_name == "apply_patch" and isinstance(input.get("patch"), str):
@@ -92,7 +93,7 @@ def _write_file(
     if input.get("mode") == "append":
         lines = content.count("\n") + (0 if content.endswith("\n") or not content else 1)
     else:
-        lines = _diff_lines(unified_file_diff(rel[0], before, content))
+        lines = changed_lines(unified_file_diff(rel[0], before, content))
     return _with(base, rel, ((rel[0], content),), lines)
 
 
@@ -127,14 +128,6 @@ def _apply_patch(
         if plus:
             added.append((_lexical(name), "\n".join(plus) + "\n"))
     return _with(base, tuple(paths), tuple(added), lines)
-
-
-def _diff_lines(diff: str) -> int:
-    return sum(
-        1
-        for line in diff.splitlines()
-        if line[:1] in "+-" and not line.startswith(("+++ ", "--- "))
-    )
 
 
 def _lexical(path: str) -> str:

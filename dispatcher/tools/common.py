@@ -4,12 +4,11 @@ cancellation checks, and running blocking file work off the event loop.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import stat
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
-
-import anyio.to_thread
 
 from dispatcher.errors import ToolCancelled, ToolError, ToolExecutionError, ToolPermissionDenied
 from dispatcher.tool import ToolContext
@@ -49,7 +48,7 @@ async def run_blocking(func: Callable[[], T], *, size_hint: int = 0) -> T:
     a large file does not stall every other session's events."""
     if size_hint < THREAD_THRESHOLD_BYTES:
         return func()
-    return await anyio.to_thread.run_sync(func)
+    return await asyncio.to_thread(func)
 
 
 def file_size(workspace: WorkspaceFileAPI, path: str) -> int:

@@ -37,7 +37,22 @@ class AnswerArbiter:
     ) -> None:
         self.keys = keys or Keys()
         self.ttl_ms = ttl_ms
+        self._redis = client
         self._answer = client.register_script(ANSWER)
+
+    async def winner(self, request_id: str) -> AnswerOutcome | None:
+        """The stored answer of a request, without answering it (None: none yet)."""
+        stored = await self._redis.get(self.keys.answer(request_id))
+        if stored is None:
+            return None
+        winner = json.loads(stored)
+        return AnswerOutcome(
+            won=False,
+            decision=str(winner["decision"]),
+            scope=winner["scope"],
+            resolved_by=str(winner["resolved_by"]),
+            extra=dict(winner["extra"]),
+        )
 
     async def decide(
         self,

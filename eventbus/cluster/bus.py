@@ -16,13 +16,26 @@ import contextlib
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
+import orjson
 import redis.asyncio as aioredis
 
+from eventbus.bus import BusStats
 from eventbus.cluster.keys import Keys
 from eventbus.cluster.live import LiveFeed
 from eventbus.cluster.log import MAX_BATCH, EventDraft, RedisEventLog
-from eventbus.errors import BusClosed, BusNotStarted, EventLogError
+from eventbus.encoding import encode_json
+from eventbus.errors import (
+    BusClosed,
+    BusNotStarted,
+    EventLogError,
+    EventNotSerializable,
+    UnknownEventType,
+)
 from eventbus.subscription import Subscription, Visibility
+from protocol.catalog import EventType
+from protocol.payloads import Payload
+
+_TYPE_NAMES: dict[str, str] = {t.value: t.value for t in EventType}
 
 
 class ClusterBus:
@@ -52,6 +65,11 @@ class ClusterBus:
         self.failure: BaseException | None = None
         self.published = 0
         self.committed = 0
+        self._batches = 0
+        self._largest_batch = 0
+        # The newest session_seq this replica appended per session (its own
+        # events only: another replica's are not counted here).
+        self._session_seqs: dict[str, int] = {}
 
     async def start(self) -> None:
         await self.feed.start()
@@ -80,6 +98,72 @@ class ClusterBus:
         self._idle.clear()
         self._wake.set()
 
+    def emit(self, payload: Payload, *, session_id: str, turn_id: str | None = None) -> None:
+        """Publish a typed payload (its class names the type), as ``EventBus.emit``.
+
+        The payload is encoded as the embedded bus encodes it (orjson, the same
+        fallback for nested models), so both logs hold the same ``data``."""
+        event_type = getattr(payload.__class__, "event_type", None)
+        name = _TYPE_NAMES.get(event_type) if isinstance(event_type, str) else None
+        if name is None:
+            raise UnknownEventType(f"{payload.__class__.__name__} (no catalog event_type)")
+        try:
+            data = orjson.loads(encode_json(payload))
+        except TypeError as exc:
+            raise EventNotSerializable(f"{name} data is not JSON-serializable: {exc}") from exc
+        self.publish(name, data, session_id=session_id, turn_id=turn_id)
+
+    # -- the rest of EventBus's surface the server reads ---------------------------
+
+    @property
+    def running(self) -> bool:
+        return self._state == "running"
+
+    @property
+    def fault(self) -> str | None:
+        """A Redis error the live feed is retrying through (None when well)."""
+        return self.feed.error
+
+    @property
+    def last_seq(self) -> int:
+        """The newest ``seq`` this replica has delivered to its subscribers."""
+        return self.feed.delivered_seq
+
+    @property
+    def log_process_pid(self) -> int | None:
+        return None  # no log process: Redis is the log
+
+    def last_session_seq(self, session_id: str) -> int:
+        """The newest ``session_seq`` this replica appended for the session."""
+        return self._session_seqs.get(session_id, 0)
+
+    def subscriber_count(self, session_id: str | None = None) -> int:
+        return self.feed.subscriber_count()
+
+    def stats(self) -> BusStats:
+        return BusStats(
+            published=self.published,
+            committed=self.committed,
+            delivered=0,
+            batches=self._batches,
+            largest_batch=self._largest_batch,
+            pending=len(self._pending),
+            subscribers=self.feed.subscriber_count(),
+            dropped_subscribers=0,
+        )
+
+    async def prune(
+        self,
+        *,
+        keep_last: int | None = None,
+        max_bytes: int | None = None,
+        max_age_s: float | None = None,
+    ) -> int:
+        """Retention on the Redis streams (see ``RedisEventLog.prune``; no ``max_bytes``)."""
+        if keep_last is None and max_age_s is None:
+            return 0  # byte retention alone: Redis's maxmemory bounds it instead
+        return await self.log.prune(keep_last, max_age_s=max_age_s)
+
     async def _write(self) -> None:
         while True:
             await self._wake.wait()
@@ -88,11 +172,15 @@ class ClusterBus:
                 batch = self._pending[:MAX_BATCH]
                 del self._pending[:MAX_BATCH]
                 try:
-                    await self.log.append(batch)
+                    records = await self.log.append(batch)
                 except EventLogError as exc:
                     self._fail(exc)
                     return
                 self.committed += len(batch)
+                self._batches += 1
+                self._largest_batch = max(self._largest_batch, len(batch))
+                for record in records:
+                    self._session_seqs[record.session_id] = record.session_seq
             self._idle.set()
 
     def _fail(self, exc: BaseException) -> None:

@@ -48,7 +48,7 @@ class ReplicaUnavailable(ForwardError):
         super().__init__(message, status=503)
 
 
-class HandlerError(Exception):
+class HandlerRefused(Exception):
     """Raised by a handler to answer with a given status (e.g. 409) and message."""
 
     def __init__(self, message: str, *, status: int) -> None:
@@ -124,7 +124,7 @@ class Forwarder:
             result: dict[str, Any]
             try:
                 result = {"ok": await self._handler(fields["op"], json.loads(fields["payload"]))}
-            except HandlerError as exc:
+            except HandlerRefused as exc:
                 result = {"error": str(exc), "status": exc.status}
             except Exception as exc:
                 log.exception("forwarded %s failed", fields.get("op"))
@@ -147,7 +147,7 @@ class Forwarder:
 
         Raises ReplicaUnavailable if that replica is not serving or does not
         answer within ``timeout_s``, ForwardError with the owner's status if
-        its handler refused (HandlerError) or failed.
+        its handler refused (HandlerRefused) or failed.
         """
         if not await self._redis.exists(self.keys.alive(replica_id)):
             raise ReplicaUnavailable(f"replica {replica_id!r} is not running")

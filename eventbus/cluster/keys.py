@@ -68,6 +68,12 @@ class Keys:
     def presence(self, session_id: str, replica_id: str) -> str:
         return f"{self.base}:presence:{session_id}:{replica_id}"
 
+    @property
+    def directory(self) -> str:
+        """Hash: session id -> JSON of the session as its owner describes it
+        (what any replica lists, and where a session's workspace is)."""
+        return f"{self.base}:directory"
+
     def presence_replicas(self, session_id: str) -> str:
         return f"{self.base}:presence:{session_id}"
 

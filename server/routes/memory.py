@@ -16,8 +16,11 @@ from typing import Any
 
 from fastapi import APIRouter, Query, Response
 
+from dispatcher.tools.knowledge.memory_events import announce_change
 from dispatcher.tools.knowledge.store import Memory, MemoryNotFound, MemoryStore
+from protocol.catalog import EventType
 from server.errors import NotFound, StorageUnavailable
+from server.memory_service import announcer
 from server.routes.deps import PrincipalDep, ServicesDep
 from server.runtime import Services
 
@@ -62,16 +65,11 @@ async def delete_memory(memory_id: str, runtime: ServicesDep, principal: Princip
         raise NotFound(f"memory {memory_id!r} not found") from None
     # Announced on the stream of the session that wrote it, while that exists.
     if memory.session_id and runtime.store.get_session(memory.session_id) is not None:
-        runtime.bus.publish(
-            "memory.deleted",
-            {
-                "memory_id": memory.id,
-                "workspace": memory.workspace,
-                "owner": memory.owner,
-                "tags": list(memory.tags),
-                "preview": memory.content[:200],
-                "deleted_by": principal.token_name,
-            },
-            session_id=memory.session_id,
+        announce_change(
+            announcer(runtime.bus, memory.session_id),
+            EventType.MEMORY_DELETED,
+            memory,
+            None,
+            deleted_by=principal.token_name,
         )
     return Response(status_code=204)

@@ -6,13 +6,18 @@ from typing import Any
 
 from fastapi import APIRouter, Response
 
+from dispatcher.pipeline.hooks import HookEvent
+from server.errors import Conflict
 from server.routes.deps import PrincipalDep, ServicesDep
-from server.schemas import CreateSession
+from server.runtime import Services
+from server.schemas import CreateSession, SessionInfo
+from server.store import SessionRecord
+from server.turn_pipeline import run_hooks
 
 router = APIRouter(tags=["sessions"])
 
 
-@router.post("/sessions", status_code=201)
+@router.post("/sessions", status_code=201, responses={201: {"model": SessionInfo}})
 async def create_session(
     body: CreateSession, runtime: ServicesDep, principal: PrincipalDep
 ) -> dict[str, Any]:
@@ -24,18 +29,38 @@ async def create_session(
         name=body.name,
         policy=body.policy,
         model=body.model,
+        agent=body.agent,
+        profile=body.profile,
+        dry_run=body.dry_run,
     )
+    await _session_hooks(runtime, record, HookEvent.SESSION_START)
+    if runtime.cluster is not None:  # this replica owns it: lease + directory entry
+        await runtime.cluster.session_created(record)
     return sessions.to_json(record)
+
+
+async def _session_hooks(runtime: Services, record: SessionRecord, event: HookEvent) -> None:
+    """session_start / session_end hooks (awaited: the answer comes after
+    them; a failing hook only warns). A session whose workspace cannot be
+    used any more has no dispatcher view, and no hooks run for it."""
+    try:
+        dispatch = runtime.sessions.dispatch_session(record)
+    except Conflict:
+        return
+    await run_hooks(dispatch, event)
 
 
 @router.get("/sessions")
 async def list_sessions(runtime: ServicesDep, principal: PrincipalDep) -> dict[str, Any]:
     """The sessions this token may see (admin: all; user: its own)."""
     sessions = runtime.sessions
-    return {"sessions": [sessions.to_json(r) for r in sessions.list_visible(principal)]}
+    listed = [sessions.to_json(r) for r in sessions.list_visible(principal)]
+    if runtime.cluster is not None:  # and those other replicas own
+        listed += await runtime.cluster.remote_sessions(principal, {s["id"] for s in listed})
+    return {"sessions": listed}
 
 
-@router.get("/sessions/{session_id}")
+@router.get("/sessions/{session_id}", responses={200: {"model": SessionInfo}})
 async def get_session(
     session_id: str, runtime: ServicesDep, principal: PrincipalDep
 ) -> dict[str, Any]:
@@ -47,7 +72,10 @@ async def get_session(
 async def delete_session(
     session_id: str, runtime: ServicesDep, principal: PrincipalDep
 ) -> Response:
-    """Delete a session; a running turn is cancelled first."""
+    """Delete a session; session_end hooks run first (in its workspace,
+    while it still has one), then a running turn is cancelled."""
+    record = runtime.sessions.get(principal, session_id)
+    await _session_hooks(runtime, record, HookEvent.SESSION_END)
     await runtime.sessions.delete(principal, session_id)
     return Response(status_code=204)
 
@@ -56,10 +84,14 @@ async def delete_session(
 async def session_tools(
     session_id: str, runtime: ServicesDep, principal: PrincipalDep
 ) -> dict[str, Any]:
-    """Definitions of the tools the session can call."""
+    """Definitions of the tools the session can call, each with its
+    effective call timeout (``timeout_s``)."""
     sessions = runtime.sessions
     record = sessions.get(principal, session_id)
-    return {"tools": [d.model_dump(mode="json") for d in sessions.tools(record)]}
+    entries = runtime.dispatcher.entries_for(sessions.dispatch_session(record))
+    return {
+        "tools": [{**e.definition.model_dump(mode="json"), "timeout_s": e.timeout} for e in entries]
+    }
 
 
 @router.get("/sessions/{session_id}/messages")
@@ -78,4 +110,6 @@ async def session_clients(
 ) -> dict[str, Any]:
     """Who is attached to the session's event stream right now."""
     runtime.sessions.get(principal, session_id)
+    if runtime.cluster is not None:  # every replica's clients (forwarded to the owner)
+        return {"clients": await runtime.cluster.clients(session_id)}
     return {"clients": [a.to_json() for a in runtime.presence.clients(session_id)]}

@@ -8,6 +8,7 @@ from fastapi import APIRouter
 from fastapi.responses import FileResponse, RedirectResponse
 
 import clients
+from server.cluster_routing import default_replica_id
 from server.errors import NotFound
 from server.responses import AsciiJSONResponse
 from server.routes.deps import ServicesDep
@@ -32,6 +33,13 @@ async def healthz(runtime: ServicesDep) -> AsciiJSONResponse:
     while its storage fails (it resumes by itself), ``failed`` once it cannot
     continue (it is exiting), ``stopping`` during shutdown."""
     health = runtime.health()
+    # Which replica answered (cluster mode: and whether it reaches Redis).
+    if runtime.cluster is None:
+        health["replica_id"] = default_replica_id()
+    else:
+        health.update(await runtime.cluster.health())
+        if health["redis"] != "ok" and health["status"] == "ok":
+            health.update(status="degraded", cause="redis: unreachable")
     return AsciiJSONResponse(health, status_code=200 if health["status"] == "ok" else 503)
 
 

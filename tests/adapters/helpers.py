@@ -10,7 +10,7 @@ from fastapi.responses import Response
 
 from adapters.anthropic_adapter import AnthropicAdapter
 from adapters.base import MessageCompleted, ModelAdapter, ModelRequest, StreamEvent
-from adapters.errors import ProviderResponseError
+from adapters.errors import ProviderResponseInvalid
 from adapters.openai_adapter import OpenAIAdapter
 from adapters.retry import RetryPolicy
 from protocol.canonical import (
@@ -125,7 +125,7 @@ async def complete(adapter: ModelAdapter, request: ModelRequest) -> MessageCompl
     finally:
         await stream.aclose()
     if found is None:
-        raise ProviderResponseError(
+        raise ProviderResponseInvalid(
             "the stream ended without a completed message", provider=adapter.name
         )
     return found

@@ -8,12 +8,12 @@ import pytest
 
 from adapters.errors import (
     AdapterError,
-    ProviderAuthError,
-    ProviderBadRequestError,
+    ProviderAuthFailed,
     ProviderError,
-    ProviderRateLimitError,
-    ProviderTimeoutError,
-    ProviderUnavailableError,
+    ProviderRateLimited,
+    ProviderRejectedRequest,
+    ProviderTimeout,
+    ProviderUnavailable,
     error_for_status,
     parse_retry_after,
 )
@@ -42,19 +42,19 @@ def test_parse_retry_after(headers: dict[str, str], expected: float | None) -> N
 @pytest.mark.parametrize(
     ("status", "body_type", "cls", "retryable"),
     [
-        (401, None, ProviderAuthError, False),
-        (403, None, ProviderAuthError, False),
-        (429, None, ProviderRateLimitError, True),
-        (408, None, ProviderTimeoutError, True),
-        (500, None, ProviderUnavailableError, True),
-        (529, "overloaded_error", ProviderUnavailableError, True),
-        (400, None, ProviderBadRequestError, False),
-        (404, None, ProviderBadRequestError, False),
-        (200, "overloaded_error", ProviderUnavailableError, True),
-        (200, "rate_limit_error", ProviderRateLimitError, True),
-        (200, "invalid_request_error", ProviderBadRequestError, False),
-        (200, "authentication_error", ProviderAuthError, False),
-        (200, "something_new", ProviderUnavailableError, True),
+        (401, None, ProviderAuthFailed, False),
+        (403, None, ProviderAuthFailed, False),
+        (429, None, ProviderRateLimited, True),
+        (408, None, ProviderTimeout, True),
+        (500, None, ProviderUnavailable, True),
+        (529, "overloaded_error", ProviderUnavailable, True),
+        (400, None, ProviderRejectedRequest, False),
+        (404, None, ProviderRejectedRequest, False),
+        (200, "overloaded_error", ProviderUnavailable, True),
+        (200, "rate_limit_error", ProviderRateLimited, True),
+        (200, "invalid_request_error", ProviderRejectedRequest, False),
+        (200, "authentication_error", ProviderAuthFailed, False),
+        (200, "something_new", ProviderUnavailable, True),
     ],
 )
 def test_error_for_status(
@@ -69,14 +69,14 @@ def test_error_for_status(
 
 def test_rate_limit_carries_retry_after() -> None:
     error = error_for_status(429, "slow down", provider="p", headers={"retry-after": "7"})
-    assert isinstance(error, ProviderRateLimitError)
+    assert isinstance(error, ProviderRateLimited)
     assert error.retry_after == 7.0
     assert error.status_code == 429
 
 
 def test_backoff_grows_is_capped_and_jittered_downwards() -> None:
     policy = RetryPolicy(base_delay=1.0, max_delay=5.0, jitter=0.5, rng=random.Random(7))
-    error = ProviderUnavailableError("x", provider="p")
+    error = ProviderUnavailable("x", provider="p")
     for index, ceiling in enumerate([1.0, 2.0, 4.0, 5.0, 5.0]):
         delays = [policy.delay_for(index, error) for _ in range(50)]
         assert all(ceiling * 0.5 <= d <= ceiling for d in delays)
@@ -85,8 +85,8 @@ def test_backoff_grows_is_capped_and_jittered_downwards() -> None:
 
 def test_retry_after_replaces_backoff_up_to_the_cap() -> None:
     policy = RetryPolicy(base_delay=1.0, max_delay=5.0)
-    assert policy.delay_for(3, ProviderRateLimitError("x", provider="p", retry_after=0.5)) == 0.5
-    assert policy.delay_for(0, ProviderRateLimitError("x", provider="p", retry_after=60)) == 5.0
+    assert policy.delay_for(3, ProviderRateLimited("x", provider="p", retry_after=0.5)) == 0.5
+    assert policy.delay_for(0, ProviderRateLimited("x", provider="p", retry_after=60)) == 5.0
 
 
 @pytest.mark.parametrize("kwargs", [{"max_retries": -1}, {"base_delay": -1.0}, {"jitter": 1.5}])

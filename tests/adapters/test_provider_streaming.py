@@ -22,13 +22,13 @@ from adapters.base import (
     ToolUseStarted,
 )
 from adapters.errors import (
-    ProviderAuthError,
-    ProviderBadRequestError,
-    ProviderConnectionError,
-    ProviderRateLimitError,
-    ProviderTimeoutError,
-    ProviderUnavailableError,
-    StreamInterruptedError,
+    ProviderAuthFailed,
+    ProviderRateLimited,
+    ProviderRejectedRequest,
+    ProviderTimeout,
+    ProviderUnavailable,
+    ProviderUnreachable,
+    StreamInterrupted,
 )
 from adapters.openai_adapter import OpenAIAdapter
 from adapters.retry import RetryPolicy
@@ -303,7 +303,7 @@ async def test_rate_limit_then_success_honours_retry_after(
     assert len(retries) == 1
     assert retries[0].attempt == 1
     assert retries[0].delay == pytest.approx(0.05)
-    assert isinstance(retries[0].error, ProviderRateLimitError)
+    assert isinstance(retries[0].error, ProviderRateLimited)
     assert retries[0].error.retry_after == pytest.approx(0.05)
     assert events.index(retries[0]) == 0
     assert text_of(events) == "finally"
@@ -325,7 +325,7 @@ async def test_unauthorised_is_not_retried(
     adapter: Adapter, fake_provider: FakeProviderServer
 ) -> None:
     fake_provider.plan(HttpError(401, "invalid x-api-key"), Reply.text("never sent"))
-    with pytest.raises(ProviderAuthError) as caught:
+    with pytest.raises(ProviderAuthFailed) as caught:
         await collect(adapter, request(user("hi")))
     assert caught.value.status_code == 401
     assert caught.value.retryable is False
@@ -338,7 +338,7 @@ async def test_bad_request_is_not_retried(
     adapter: Adapter, fake_provider: FakeProviderServer
 ) -> None:
     fake_provider.plan(HttpError(400, "model not supported"), Reply.text("never sent"))
-    with pytest.raises(ProviderBadRequestError, match="model not supported"):
+    with pytest.raises(ProviderRejectedRequest, match="model not supported"):
         await collect(adapter, request(user("hi")))
     assert len(fake_provider.requests) == 1
     fake_provider.reset()
@@ -348,7 +348,7 @@ async def test_server_errors_exhaust_the_retries(
     adapter: Adapter, fake_provider: FakeProviderServer
 ) -> None:
     fake_provider.plan(HttpError(500), HttpError(503), HttpError(529, "Overloaded"))
-    with pytest.raises(ProviderUnavailableError) as caught:
+    with pytest.raises(ProviderUnavailable) as caught:
         await collect(adapter, request(user("hi")))
     assert caught.value.status_code == 529
     assert len(fake_provider.requests) == FAST_RETRY.max_retries + 1
@@ -361,7 +361,7 @@ async def test_stream_cut_after_output_is_classified_and_not_retried(
     fake_provider.plan(Reply.text("a fairly long reply " * 5, chunk_size=3, cut_after=6))
     fake_provider.plan(Reply.text("must not be used"))
     seen: list[Any] = []
-    with pytest.raises(StreamInterruptedError):
+    with pytest.raises(StreamInterrupted):
         async for event in adapter.stream(request(user("hi"))):
             seen.append(event)
     assert any(isinstance(e, TextDelta) for e in seen)
@@ -376,7 +376,7 @@ async def test_stream_cut_before_output_is_retried(
     fake_provider.plan(Reply.text("lost", cut_after=1), Reply.text("second try"))
     events = await collect(adapter, request(user("hi")))
     assert isinstance(events[0], RetryScheduled)
-    assert isinstance(events[0].error, StreamInterruptedError)
+    assert isinstance(events[0].error, StreamInterrupted)
     assert text_of(events) == "second try"
     assert [r.outcome for r in fake_provider.requests] == ["cut", "completed"]
 
@@ -386,7 +386,7 @@ async def test_stream_ending_without_its_terminal_event_is_interrupted(
 ) -> None:
     adapter = make_adapter(kind, fake_provider, retry=RetryPolicy(max_retries=0))
     fake_provider.plan(Reply.text("half a reply that goes on", chunk_size=2, end_after=8))
-    with pytest.raises(StreamInterruptedError):
+    with pytest.raises(StreamInterrupted):
         await collect(adapter, request(user("hi")))
     await adapter.aclose()
     assert [r.outcome for r in fake_provider.requests] == ["ended_early"]
@@ -400,7 +400,7 @@ async def test_in_stream_error_event_is_classified_and_retried(
     )
     events = await collect(adapter, request(user("hi")))
     assert isinstance(events[0], RetryScheduled)
-    assert isinstance(events[0].error, ProviderUnavailableError)
+    assert isinstance(events[0].error, ProviderUnavailable)
     assert text_of(events) == "ok"
 
 
@@ -444,7 +444,7 @@ async def test_aclose_on_the_stream_closes_the_http_stream(
 async def test_read_timeout_is_classified(kind: str, fake_provider: FakeProviderServer) -> None:
     adapter = make_adapter(kind, fake_provider, retry=RetryPolicy(max_retries=0), timeout=0.3)
     fake_provider.plan(Reply.text("late", event_delay=2.0))
-    with pytest.raises(ProviderTimeoutError):
+    with pytest.raises(ProviderTimeout):
         await collect(adapter, request(user("hi")))
     await adapter.aclose()
 
@@ -461,7 +461,7 @@ async def test_unreachable_provider_is_a_connection_error(kind: str) -> None:
         else OpenAIAdapter("gpt-test", api_key="k", base_url=f"{url}/v1", retry=retry)
     )
     events: list[Any] = []
-    with pytest.raises(ProviderConnectionError):
+    with pytest.raises(ProviderUnreachable):
         async for event in adapter.stream(request(user("hi"))):
             events.append(event)
     await adapter.aclose()

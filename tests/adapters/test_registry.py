@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from adapters.anthropic_adapter import AnthropicAdapter
-from adapters.errors import AdapterConfigError
+from adapters.errors import AdapterMisconfigured
 from adapters.openai_adapter import OpenAIAdapter
 from adapters.registry import (
     DEFAULT_ANTHROPIC_MODEL,
@@ -55,7 +55,7 @@ def test_parse_model(model: str, expected: tuple[str, str]) -> None:
     "model", ["", "claude-x", "anthropic/", "gemini/pro", "scripted:", "openai", "/gpt"]
 )
 def test_bad_model_strings_are_named(model: str) -> None:
-    with pytest.raises(AdapterConfigError) as caught:
+    with pytest.raises(AdapterMisconfigured) as caught:
         create_adapter(model, env={"ANTHROPIC_API_KEY": "k", "OPENAI_API_KEY": "k"})
     assert repr(model) in str(caught.value)
 
@@ -79,7 +79,7 @@ def test_scripted_needs_nothing(tmp_path: Path) -> None:
     ],
 )
 def test_missing_configuration_is_named(model: str, missing: str) -> None:
-    with pytest.raises(AdapterConfigError) as caught:
+    with pytest.raises(AdapterMisconfigured) as caught:
         create_adapter(model, env={})
     assert missing in str(caught.value)
     assert repr(model) in str(caught.value)
@@ -132,6 +132,6 @@ async def test_arguments_override_the_environment(fake_provider: FakeProviderSer
 def test_the_given_env_is_the_whole_truth(monkeypatch: pytest.MonkeyPatch) -> None:
     # A key in the process environment must not leak into an explicit env.
     monkeypatch.setenv("OPENAI_API_KEY", "process-key")
-    with pytest.raises(AdapterConfigError):
+    with pytest.raises(AdapterMisconfigured):
         create_adapter("openai/gpt-x", env={})
     assert isinstance(create_adapter("openai/gpt-x"), OpenAIAdapter)

@@ -16,7 +16,7 @@ from adapters.base import (
     ToolUseReady,
     ToolUseStarted,
 )
-from adapters.errors import AdapterConfigError, ProviderBadRequestError
+from adapters.errors import AdapterMisconfigured, ProviderRejectedRequest
 from adapters.scripted import ScriptedAdapter
 from adapters.scripted_rules import HELP_TEXT
 from adapters.scripted_script import MAX_SCRIPT_BYTES, load_script, parse_script
@@ -79,7 +79,7 @@ async def test_a_script_plays_in_conversation_order(tmp_path: Path) -> None:
     assert second.stop_reason == "end_turn"
 
     more = [*conversation, second.message, user("again")]
-    with pytest.raises(ProviderBadRequestError, match=r"has 2 replies.*reply 3"):
+    with pytest.raises(ProviderRejectedRequest, match=r"has 2 replies.*reply 3"):
         await collect(model, request(*more))
 
 
@@ -145,14 +145,14 @@ def test_bad_scripts_are_refused_with_their_location(
 ) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text(content)
-    with pytest.raises(AdapterConfigError) as caught:
+    with pytest.raises(AdapterMisconfigured) as caught:
         load_script(path)
     assert message in str(caught.value)
     assert str(path) in str(caught.value)
 
 
 def test_a_missing_script_file_is_a_config_error(tmp_path: Path) -> None:
-    with pytest.raises(AdapterConfigError, match="cannot read script"):
+    with pytest.raises(AdapterMisconfigured, match="cannot read script"):
         load_script(tmp_path / "nope.yaml")
 
 
@@ -311,7 +311,7 @@ SECRET_LINE = "api_key: sk-do-not-echo-0123456789"
 def test_errors_never_quote_the_script(tmp_path: Path, content: str) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text(content)
-    with pytest.raises(AdapterConfigError) as caught:
+    with pytest.raises(AdapterMisconfigured) as caught:
         load_script(path)
     message = str(caught.value)
     assert str(path) in message
@@ -322,7 +322,7 @@ def test_errors_never_quote_the_script(tmp_path: Path, content: str) -> None:
 def test_a_yaml_error_gives_line_and_column(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text("- one\n- two\n  three: [\n")
-    with pytest.raises(AdapterConfigError, match=r"line \d+, column \d+"):
+    with pytest.raises(AdapterMisconfigured, match=r"line \d+, column \d+"):
         load_script(path)
 
 
@@ -330,16 +330,16 @@ def test_only_regular_files_are_read(tmp_path: Path) -> None:
     fifo = tmp_path / "pipe.yaml"
     os.mkfifo(fifo)
     # No writer ever opens the FIFO: a blocking open or read would hang here.
-    with pytest.raises(AdapterConfigError, match=r"not a regular file .*FIFO"):
+    with pytest.raises(AdapterMisconfigured, match=r"not a regular file .*FIFO"):
         load_script(fifo)
-    with pytest.raises(AdapterConfigError, match=r"not a regular file .*directory"):
+    with pytest.raises(AdapterMisconfigured, match=r"not a regular file .*directory"):
         load_script(tmp_path)
 
 
 def test_a_script_over_the_size_limit_is_refused_unread(tmp_path: Path) -> None:
     path = tmp_path / "big.yaml"
     path.write_bytes(b"- " + b"x" * MAX_SCRIPT_BYTES + b"\n")
-    with pytest.raises(AdapterConfigError, match=f"limit of {MAX_SCRIPT_BYTES} bytes"):
+    with pytest.raises(AdapterMisconfigured, match=f"limit of {MAX_SCRIPT_BYTES} bytes"):
         load_script(path)
 
 
@@ -351,7 +351,7 @@ def test_script_paths_never_follow_a_symbolic_link(tmp_path: Path) -> None:
     os.symlink(real / "s.yaml", tmp_path / "file-link.yaml")
     os.symlink(real, tmp_path / "dir-link")
     for path in (tmp_path / "file-link.yaml", tmp_path / "dir-link" / "s.yaml"):
-        with pytest.raises(AdapterConfigError, match="is a symbolic link"):
+        with pytest.raises(AdapterMisconfigured, match="is a symbolic link"):
             load_script(path)
 
 
@@ -366,5 +366,5 @@ async def test_a_deferred_script_is_read_when_it_first_streams(tmp_path: Path) -
 
     os.mkfifo(tmp_path / "pipe")
     broken = ScriptedAdapter.deferred(tmp_path / "pipe")
-    with pytest.raises(AdapterConfigError, match="FIFO"):
+    with pytest.raises(AdapterMisconfigured, match="FIFO"):
         await collect(broken, request(user("go")))

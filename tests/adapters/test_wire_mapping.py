@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from adapters import anthropic_wire, openai_wire
 from adapters.base import ModelRequest
-from adapters.errors import RequestConversionError
+from adapters.errors import RequestNotConvertible
 from adapters.schema_check import check_tool_definition
 from protocol.canonical import (
     ContentBlock,
@@ -184,7 +184,7 @@ def test_anthropic_tool_result_images() -> None:
     ],
 )
 def test_anthropic_refuses_misplaced_blocks(message: Message, problem: str) -> None:
-    with pytest.raises(RequestConversionError, match=rf"messages\[0\].*{problem}"):
+    with pytest.raises(RequestNotConvertible, match=rf"messages\[0\].*{problem}"):
         anthropic_wire.messages_to_wire([message])
 
 
@@ -268,9 +268,9 @@ def test_openai_lossy_mappings_are_the_documented_ones() -> None:
 
 def test_openai_refuses_images_in_assistant_and_system_messages() -> None:
     image = ImageBlock(media_type="image/png", data="A")
-    with pytest.raises(RequestConversionError, match="assistant"):
+    with pytest.raises(RequestNotConvertible, match="assistant"):
         openai_wire.messages_to_wire([Message(role="assistant", content=[image])])
-    with pytest.raises(RequestConversionError, match="only text"):
+    with pytest.raises(RequestNotConvertible, match="only text"):
         openai_wire.messages_to_wire([Message(role="system", content=[image])])
 
 
@@ -316,14 +316,14 @@ def test_schemas_outside_the_subset_never_reach_a_provider(
     schema: dict[str, Any], named: str
 ) -> None:
     tool = _tool(schema)
-    with pytest.raises(RequestConversionError, match="probe") as caught:
+    with pytest.raises(RequestNotConvertible, match="probe") as caught:
         check_tool_definition(tool)
     assert named in str(caught.value)
     for serialise in (anthropic_wire.tool_to_wire, openai_wire.tool_to_wire):
-        with pytest.raises(RequestConversionError):
+        with pytest.raises(RequestNotConvertible):
             serialise(tool)
     req = ModelRequest(messages=[Message(role="user", content=[TextBlock(text="x")])], tools=[tool])
-    with pytest.raises(RequestConversionError):
+    with pytest.raises(RequestNotConvertible):
         anthropic_wire.build_request(req, "m")
-    with pytest.raises(RequestConversionError):
+    with pytest.raises(RequestNotConvertible):
         openai_wire.build_request(req, "m")

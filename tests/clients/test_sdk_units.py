@@ -15,11 +15,11 @@ from clients.sdk import (
     ConfirmationRequested,
     ConfirmationResolved,
     GenericEvent,
-    ProtocolError,
+    ProtocolViolation,
     StreamGap,
     ToolCompleted,
     Turn,
-    TurnFailedError,
+    TurnEndedFailed,
     parse_event,
 )
 from clients.sdk.client import _error_fields, _find_resolution
@@ -104,16 +104,16 @@ def test_known_type_with_an_unexpected_payload_stays_readable(
 def test_a_bad_envelope_of_a_known_type_is_a_protocol_error() -> None:
     raw = envelope("tool.confirmation_requested", REQUESTED)
     raw.pop("session_seq")
-    with pytest.raises(ProtocolError, match=r"tool.confirmation_requested.*session_seq"):
+    with pytest.raises(ProtocolViolation, match=r"tool.confirmation_requested.*session_seq"):
         parse_event(raw)
 
 
 def test_bad_json_and_non_objects_are_protocol_errors() -> None:
-    with pytest.raises(ProtocolError, match="not valid JSON"):
+    with pytest.raises(ProtocolViolation, match="not valid JSON"):
         parse_event("{nope")
-    with pytest.raises(ProtocolError, match="JSON object"):
+    with pytest.raises(ProtocolViolation, match="JSON object"):
         parse_event("[1, 2]")
-    with pytest.raises(ProtocolError, match="'type'"):
+    with pytest.raises(ProtocolViolation, match="'type'"):
         parse_event(json.dumps({"seq": 1}))
 
 
@@ -244,7 +244,7 @@ def test_stream_url_carries_cursor_and_name_not_token() -> None:
 def test_a_failed_turn_raises_with_its_reason_and_message() -> None:
     message = "model call 1 failed: cannot reach the provider: connection refused"
     turn = Turn(id="turn_1", status="failed", reason="model_error", message=message)
-    with pytest.raises(TurnFailedError) as caught:
+    with pytest.raises(TurnEndedFailed) as caught:
         turn.raise_for_status()
     assert caught.value.reason == "model_error" and caught.value.failure == message
     assert str(caught.value) == f"turn turn_1 failed: model_error: {message}"

@@ -13,7 +13,7 @@ from textual.widgets import Input, Static
 
 from clients.sdk import Backoff, ConnectionState, ToolrelayClient
 from clients.tui.app import ToolrelayTUI
-from clients.tui.cli import UsageError, resolve_token, run
+from clients.tui.cli import BadUsage, resolve_token, run
 from clients.tui.transcript import MessageEntry, ToolCallEntry
 from clients.tui.widgets import ConfirmationScreen, StatusLine
 from tests.clients.conftest import WRITE_A
@@ -245,7 +245,7 @@ def test_token_resolution_order(tmp_path: Path) -> None:
     assert resolve_token("explicit", str(tmp_path), env={"TOOLRELAY_TOKEN": "env"}) == "explicit"
     assert resolve_token(None, str(tmp_path), env={"TOOLRELAY_TOKEN": "env"}) == "env"
     assert resolve_token(None, str(tmp_path), env={}) == "from-file"
-    with pytest.raises(UsageError, match="could not read"):
+    with pytest.raises(BadUsage, match="could not read"):
         resolve_token(None, str(tmp_path / "missing"), env={})
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from clients.sdk import ToolrelayClient, TurnFailedError
+from clients.sdk import ToolrelayClient, TurnEndedFailed
 from tests.harness import REPO_ROOT, ServerProcess
 
 TMUX = shutil.which("tmux")
@@ -143,7 +143,7 @@ async def test_tui_in_tmux_shows_why_a_turn_failed(
     assert record["status"] == "failed" and record["reason"] == "model_error"
     assert "cannot read script" in record["message"]
     assert (await sdk.get_turn(session.id, turn_id)).message == record["message"]
-    with pytest.raises(TurnFailedError) as caught:
+    with pytest.raises(TurnEndedFailed) as caught:
         await sdk.wait_for_turn(session.id, turn_id, within=20, raise_on_failure=True)
     assert caught.value.reason == "model_error"
     assert caught.value.failure and "cannot read script" in caught.value.failure

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 import redis.asyncio as aioredis
 
+from eventbus import EventBus
 from eventbus.cluster.bus import ClusterBus
-from eventbus.errors import BusClosed, InvalidEvent
+from eventbus.errors import BusClosed, InvalidEvent, UnknownEventType
 from eventbus.record import EventRecord
+from protocol.payloads import TurnFailed
 from tests.cluster.conftest import STEP_TIMEOUT, RedisServer
 
 
@@ -55,3 +58,30 @@ async def test_two_replicas_publish_and_every_subscriber_sees_one_order(
         await other.aclose()
     with pytest.raises(BusClosed):
         a.publish("message.delta", {}, session_id="s1")
+
+
+async def test_emit_stores_a_typed_payload_as_the_embedded_bus_encodes_it(
+    redis_client: aioredis.Redis,
+) -> None:
+    payload = TurnFailed(reason="replica_lost", message="gone")
+    embedded = EventBus()  # no log: only its encoding is compared
+    await embedded.start()
+    bus = ClusterBus(redis_client)
+    await bus.start()
+    try:
+        local = await embedded.subscribe(session_id="s1")
+        remote = await bus.subscribe(session_id="s1")
+        embedded.emit(payload, session_id="s1", turn_id="t1")
+        bus.emit(payload, session_id="s1", turn_id="t1")
+        await bus.flush()
+        (mine,), (theirs,) = await collect(local, 1), await collect(remote, 1)
+        assert theirs.type == "turn.failed" and theirs.turn_id == "t1"
+        assert json.loads(theirs.text)["data"] == json.loads(mine.text)["data"]
+        assert bus.last_session_seq("s1") == 1
+        with pytest.raises(UnknownEventType):
+            bus.emit(object(), session_id="s1")  # type: ignore[arg-type]
+        local.close()
+        remote.close()
+    finally:
+        await bus.close()
+        await embedded.close()

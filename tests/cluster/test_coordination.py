@@ -15,7 +15,7 @@ from eventbus.cluster.answers import AnswerArbiter
 from eventbus.cluster.forwarding import (
     Forwarder,
     ForwardError,
-    HandlerError,
+    HandlerRefused,
     ReplicaUnavailable,
 )
 from eventbus.cluster.leases import LapseWatcher, Leases, LostTurns
@@ -146,7 +146,7 @@ async def test_forwarding_reaches_the_owner_and_reports_its_absence(
 
     async def handle(op: str, payload: dict[str, object]) -> dict[str, object]:
         if op == "answer":
-            raise HandlerError("already answered by someone", status=409)
+            raise HandlerRefused("already answered by someone", status=409)
         return {"op": op, "echo": payload, "ran_on": "owner"}
 
     try:

@@ -17,6 +17,7 @@ from dispatcher import (
     WorkspaceFileAPI,
 )
 from protocol.canonical import SideEffects, ToolDefinition
+from protocol.payloads import Payload
 
 
 @dataclass
@@ -42,6 +43,11 @@ class RecordingPublisher:
         turn_id: str | None = None,
     ) -> None:
         self.events.append(Recorded(type, dict(data), session_id, turn_id))
+
+    def emit(self, payload: Payload, *, session_id: str, turn_id: str | None = None) -> None:
+        # Typed payloads are recorded as the JSON clients would read.
+        data = payload.model_dump(mode="json", exclude_unset=True)
+        self.events.append(Recorded(str(payload.event_type), data, session_id, turn_id))
 
     def types(self, tool_use_id: str | None = None) -> list[str]:
         return [

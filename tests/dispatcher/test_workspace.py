@@ -12,7 +12,7 @@ import pytest
 from dispatcher import (
     ToolExecutionError,
     ToolPermissionDenied,
-    WorkspaceEscapeError,
+    WorkspaceEscape,
     WorkspaceFileAPI,
 )
 
@@ -72,7 +72,7 @@ def test_every_method_refuses_every_escape(
     path = raw.format(outside=outside)
     if raw == "~/x" and os.path.realpath(os.path.expanduser("~")).startswith(ws.workspace_root):
         pytest.skip("home lies inside the workspace")
-    with pytest.raises(WorkspaceEscapeError):
+    with pytest.raises(WorkspaceEscape):
         METHODS[method](ws, path)
     assert (outside / "secret.txt").read_text() == "secret"
     assert sorted(os.listdir(outside)) == ["secret.txt"]
@@ -204,7 +204,7 @@ def test_links_inside_are_followed_under_the_same_rules(
     assert ws.stat("abs_in/up").st_size == len("inside")
     # '..' after a link climbs from where the link led (physically), not lexically.
     assert ws.resolve("abs_in/../inside.txt") == root / "inside.txt"
-    with pytest.raises(WorkspaceEscapeError, match="up_out"):
+    with pytest.raises(WorkspaceEscape, match="up_out"):
         ws.read("sub/up_out")
     # A write through an in-workspace link replaces the target and keeps the link.
     ws.write("sub/up", "changed")
@@ -222,7 +222,7 @@ def test_write_through_dangling_link_creates_inside_only(
     os.symlink(outside / "new.txt", root / "dangling_out")
     result = ws.write("dangling_in", "x")
     assert (result.rel, result.created, result.made_dirs) == ("made/here.txt", True, ["made"])
-    with pytest.raises(WorkspaceEscapeError):
+    with pytest.raises(WorkspaceEscape):
         ws.write("dangling_out", "x")
     assert sorted(os.listdir(outside)) == ["secret.txt"]
 
@@ -248,6 +248,6 @@ def test_unlink_and_rmdir_by_descriptor(layout: tuple[WorkspaceFileAPI, Path]) -
     ws.rmdir("d/e")
     ws.rmdir("d")
     assert not ws.exists("d")
-    with pytest.raises(WorkspaceEscapeError):
+    with pytest.raises(WorkspaceEscape):
         ws.unlink("file_link_out")
     assert (outside / "secret.txt").exists()

@@ -116,4 +116,30 @@ SAMPLES: dict[EventType, dict[str, Any]] = {
         "removed": 1,
         "merges": [{"kept_id": "mem_1", "merged_ids": ["mem_2"], "reason": "identical"}],
     },
+    EventType.HOOK_COMPLETED: {
+        "hook": "python-lint",
+        "event": "post_tool_use",
+        "decision": "error",
+        "exit_code": 1,
+        "duration_ms": 41.5,
+        "tool_use_id": "tu_1",
+    },
+    EventType.TOOL_PLANNED: {
+        "tool_use_id": "tu_1",
+        "tool_name": "write_file",
+        "summary": "write_file notes/a.txt (+12 lines)",
+        "input": {"path": "notes/a.txt", "content": "..."},
+    },
+    EventType.GUARDRAIL_WARNING: {
+        "rule": "code_rules",
+        "message": "src/a.py: no print",
+        "tool_use_id": "tu_1",
+    },
+    EventType.QUALITY_GATE_COMPLETED: {
+        "name": "tests",
+        "passed": False,
+        "exit_code": 1,
+        "output": "1 failed",
+        "required": True,
+    },
 }

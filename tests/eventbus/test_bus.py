@@ -318,9 +318,9 @@ def test_constructor_rejects_bad_options(tmp_path: Path) -> None:
     memory.close()
 
 
-def test_publish_matches_the_dispatcher_publisher_protocol() -> None:
-    ours = inspect.signature(EventBus.publish)
-    theirs = inspect.signature(EventPublisher.publish)
+def test_emit_matches_the_dispatcher_publisher_protocol() -> None:
+    ours = inspect.signature(EventBus.emit)
+    theirs = inspect.signature(EventPublisher.emit)
     assert list(ours.parameters) == list(theirs.parameters)
     for name, param in theirs.parameters.items():
         assert ours.parameters[name].kind == param.kind

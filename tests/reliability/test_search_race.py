@@ -170,7 +170,9 @@ async def _race(
                 tally.errors += 1
                 tally.swapped += 1
                 continue
-            blob = "".join(getattr(b, "text", "") for b in out.content) + json.dumps(out.metadata)
+            blob = "".join(getattr(b, "text", "") for b in out.content) + json.dumps(
+                [out.metadata, out.data]
+            )
             assert CANARY not in blob, blob
             # A full answer names every expected path; one that lacks any met
             # the link side of a flip (or the instant between).

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher import ToolError, WorkspaceEscapeError, WorkspaceFileAPI
+from dispatcher import ToolError, WorkspaceEscape, WorkspaceFileAPI
 from dispatcher.tool import ToolFactory
 from dispatcher.tools import ApplyPatchTool, PatchFileTool, ReadFileTool, WriteFileTool
 from tests.dispatcher.tools.support import run_tool, text_of
@@ -132,7 +132,7 @@ async def race(
             break
         try:
             out = await run_tool(factory, make_input(i), ws)
-        except WorkspaceEscapeError:
+        except WorkspaceEscape:
             tally.escapes += 1
             continue
         except ToolError as err:
@@ -141,7 +141,7 @@ async def race(
             continue
         text = text_of(out)
         assert CANARY not in text
-        assert CANARY not in repr(out.metadata)
+        assert CANARY not in repr(out.metadata) + repr(out.data)
         check(text)
         tally.ok += 1
         if i % 16 == 0:

@@ -21,6 +21,7 @@ from dispatcher import DispatchSession, ToolDispatcher, WorkspaceFileAPI
 from dispatcher.tools import ListDirTool, ReadFileTool
 from eventbus.validation import validate_payload
 from protocol.canonical import Message
+from protocol.payloads import Payload
 from server.agent_loop import DEFAULT_SYSTEM_PROMPT, AgentLoop
 from server.config import Config
 from server.store import SessionRecord, Store, TurnRecord
@@ -45,6 +46,11 @@ class CheckingPublisher:
         self.events.append((type, dict(data)))
         for react in self.reactions:
             react(type, data)
+
+    def emit(self, payload: Payload, *, session_id: str, turn_id: str | None = None) -> None:
+        # Typed payloads are checked and kept as the JSON clients read.
+        data = payload.model_dump(mode="json", exclude_unset=True)
+        self.publish(str(payload.event_type), data, session_id=session_id, turn_id=turn_id)
 
     def of(self, type: str) -> list[dict[str, Any]]:
         return [data for kind, data in self.events if kind == type]

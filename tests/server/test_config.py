@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from server.config import ConfigError, load_config
+from server.config import ConfigInvalid, load_config
 from server.logs import RedactingFilter, TokenRedactor
 
 SECRET = "s3cret-token-value-0123456789"
@@ -66,23 +66,23 @@ def test_toolrelay_token_adds_an_admin_token(tmp_path: Path) -> None:
     ],
 )
 def test_errors_name_the_key(tmp_path: Path, text: str, env: dict[str, str], expected: str) -> None:
-    with pytest.raises(ConfigError) as caught:
+    with pytest.raises(ConfigInvalid) as caught:
         load_config(write(tmp_path, text), env=env)
     assert expected in str(caught.value)
 
 
 def test_unusable_files_are_explained(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="must hold a mapping"):
+    with pytest.raises(ConfigInvalid, match="must hold a mapping"):
         load_config(write(tmp_path, "- just\n- a list\n"), env={})
-    with pytest.raises(ConfigError, match="not valid YAML"):
+    with pytest.raises(ConfigInvalid, match="not valid YAML"):
         load_config(write(tmp_path, "server: [unclosed\n"), env={})
-    with pytest.raises(ConfigError, match="cannot read config file"):
+    with pytest.raises(ConfigInvalid, match="cannot read config file"):
         load_config(tmp_path / "missing.yaml", env={})
 
 
 def test_token_values_never_appear_in_errors(tmp_path: Path) -> None:
     path = write(tmp_path, "auth:\n  tokens:\n    - {name: 'bad name!', token: " + SECRET + "}\n")
-    with pytest.raises(ConfigError) as caught:
+    with pytest.raises(ConfigInvalid) as caught:
         load_config(path, env={})
     assert "auth.tokens.0.name" in str(caught.value)
     assert SECRET not in str(caught.value)
@@ -95,7 +95,7 @@ def test_duplicate_token_names_are_refused(tmp_path: Path) -> None:
         "    - {name: a, token: first-token-0123456789}\n"
         "    - {name: a, token: second-token-0123456789}\n",
     )
-    with pytest.raises(ConfigError, match="token names must be unique"):
+    with pytest.raises(ConfigInvalid, match="token names must be unique"):
         load_config(path, env={})
 
 
@@ -171,13 +171,13 @@ def test_allowed_roots_holding_secrets_are_config_errors(
         f"server:\n  data_dir: {base / 'srv' / 'data'}\n" + roots.format(base=base),
         encoding="utf-8",
     )
-    with pytest.raises(ConfigError) as caught:
+    with pytest.raises(ConfigInvalid) as caught:
         load_config(path, env={})
     assert key in str(caught.value) and reason in str(caught.value)
 
 
 def test_allowed_roots_are_absolute_and_kept_per_token(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"auth.tokens.0.allowed_roots: .*not an absolute"):
+    with pytest.raises(ConfigInvalid, match=r"auth.tokens.0.allowed_roots: .*not an absolute"):
         load_config(
             roots_config(
                 tmp_path,
@@ -186,7 +186,7 @@ def test_allowed_roots_are_absolute_and_kept_per_token(tmp_path: Path) -> None:
             ),
             env={},
         )
-    with pytest.raises(ConfigError, match=r"model\.scripts_dir: .*not an absolute"):
+    with pytest.raises(ConfigInvalid, match=r"model\.scripts_dir: .*not an absolute"):
         load_config(roots_config(tmp_path, "model:\n  scripts_dir: scripts\n"), env={})
     ws = tmp_path / "ws"
     config = load_config(

@@ -11,7 +11,7 @@ from dispatcher.pipeline.guardrails import Guardrails, ProposedCall
 from dispatcher.pipeline.hooks import HookEvent
 from dispatcher.pipeline.profiles import resolve_profile
 from protocol.canonical import SideEffects
-from server.config import ConfigError, load_config
+from server.config import ConfigInvalid, load_config
 
 TEAM = """
 guardrails:
@@ -91,6 +91,6 @@ def test_defaults_are_empty_and_loosen_nothing() -> None:
     ],
 )  # fmt: skip
 def test_errors_name_the_key(tmp_path: Path, text: str, expected: str) -> None:
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(ConfigInvalid) as err:
         load_config(write(tmp_path, text), env={})
     assert expected in str(err.value)

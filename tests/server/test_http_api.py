@@ -190,7 +190,8 @@ async def test_session_lifecycle(admin: httpx2.AsyncClient, workspace: Path) -> 
     tools = (await admin.get(f"/sessions/{sid}/tools")).json()["tools"]
     names = {t["name"] for t in tools}
     assert {"block", "noisy", "note"} <= names
-    assert all(set(t) == {"name", "description", "input_schema", "side_effects"} for t in tools)
+    keys = {"name", "description", "input_schema", "side_effects", "output_schema", "timeout_s"}
+    assert all(set(t) == keys for t in tools)
 
     # The per-tool override made the write automatic: no confirmation needed.
     tid = await start_turn(admin, sid, use("w1", "note", path="auto.txt", text="auto"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from server.config import ConfigError, load_config
+from server.config import ConfigInvalid, load_config
 
 
 def _sandbox(env: dict[str, str]) -> bool | None:
@@ -25,7 +25,7 @@ def test_environment_variable(value: str, expected: bool | None) -> None:
 
 
 def test_a_bad_value_names_the_key_and_the_variable() -> None:
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(ConfigInvalid) as info:
         _sandbox({"TOOLRELAY_SHELL_SANDBOX": "maybe"})
     assert "workspaces.shell.sandbox" in str(info.value)
     assert "TOOLRELAY_SHELL_SANDBOX" in str(info.value)

@@ -83,12 +83,14 @@ def test_the_ci_profile_refuses_what_would_ask() -> None:
     config = Config()
     tester = access_for(config, record("t", agent="test", profile="ci"), sandboxed=True)
     shell = tester.policy
-    assert shell.mode_for(query("shell", SideEffects.EXECUTE, CallRating.DEV)) is ConfirmMode.AUTO
+    assert shell.settled(query("shell", SideEffects.EXECUTE, CallRating.DEV)) is ConfirmMode.AUTO
     dangerous = query("shell", SideEffects.EXECUTE, CallRating.DANGEROUS)
-    assert shell.mode_for(dangerous) is ConfirmMode.DENY
+    # The dispatcher settles the prompt itself (naming the profile) ...
+    assert shell.mode_for(dangerous) is ConfirmMode.PROMPT
+    assert shell.settled(dangerous) is ConfirmMode.DENY
     # Outside a sandbox the floor would ask; nobody is there, so it is refused.
     bare = access_for(config, record("t", agent="test", profile="ci"), sandboxed=False)
-    assert bare.policy.mode_for(query("shell", SideEffects.EXECUTE, CallRating.SAFE)) is (
+    assert bare.policy.settled(query("shell", SideEffects.EXECUTE, CallRating.SAFE)) is (
         ConfirmMode.DENY
     )
 

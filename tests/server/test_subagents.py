@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from server.config import ConfigError, load_config
+from server.config import ConfigInvalid, load_config
 from server.store import Store
 from tests.fakes.fake_providers import FakeProviderServer, Reply, ToolCall
 from tests.harness import ServerProcess
@@ -37,7 +37,7 @@ from tests.server.agent_loop_support import (  # noqa: F401  (fixtures)
     tool_results_sent,
     user_texts_sent,
 )
-from tests.server.support import Stream, new_session, wait_turn
+from tests.server.support import Stream, new_session, start_turn, use, wait_turn
 
 MODEL = MODELS["anthropic"]
 USER_TOKEN = "carol-" + secrets.token_hex(12)
@@ -57,6 +57,7 @@ def agents_server(
 ) -> Iterator[ServerProcess]:
     config: dict[str, Any] = {
         **AGENT_CONFIG,
+        "agents": {"build": {"memories_in_prompt": 2}},
         # Looser than the server's policy: a user token may not pick it.
         "profiles": {"loose": {"policy": {"preset": "yolo"}}},
         "auth": {
@@ -199,6 +200,8 @@ async def test_delegation_is_isolated_mirrored_and_rolled_up(
     assert "read_file x1" in text and "files read: greet.py" in text
     # Its tokens roll up into the parent's turn.
     assert turn["usage"] == {"input_tokens": 100 + 7 + 8 + 50, "output_tokens": 20 + 3 + 4 + 5}
+    # ... and into the parent session's token budget (limits.max_tokens).
+    assert shown["tokens_used"] == (1 + 1) + (100 + 20 + 50 + 5) + (7 + 3 + 8 + 4)
 
 
 MARKS = {
@@ -285,10 +288,10 @@ async def test_session_choices_are_checked(agents_server: ServerProcess, ws: Pat
 def test_agents_config_errors_name_the_key(tmp_path: Path) -> None:
     path = tmp_path / "config.yaml"
     path.write_text("agents:\n  scout: {profile: nope}\n", encoding="utf-8")
-    with pytest.raises(ConfigError, match=r"agents\.scout\.profile: unknown profile 'nope'"):
+    with pytest.raises(ConfigInvalid, match=r"agents\.scout\.profile: unknown profile 'nope'"):
         load_config(path, env={})
     path.write_text("agents:\n  scout: {tools: [read_file], bogus: 1}\n", encoding="utf-8")
-    with pytest.raises(ConfigError, match=r"agents\.scout\.bogus: unknown key"):
+    with pytest.raises(ConfigInvalid, match=r"agents\.scout\.bogus: unknown key"):
         load_config(path, env={})
     path.write_text("agents:\n  build: {memories_in_prompt: 3}\n", encoding="utf-8")
     config = load_config(path, env={})
@@ -371,3 +374,50 @@ async def test_the_scripted_model_delegates_too(agents_server: ServerProcess, ws
     # The child's conversation: its task, its read, the result, its summary.
     assert [m["role"] for m in child_messages] == ["user", "assistant", "tool", "assistant"]
     assert child_messages[0]["content"][0]["text"] == "read greet.py"
+
+
+async def test_an_agent_can_carry_the_newest_memories_in_its_prompt(
+    agents_server: ServerProcess, fake_provider: FakeProviderServer, ws: Path
+) -> None:
+    fake_provider.plan(Reply.text("Ok."))
+    async with agents_server.client("alice") as http:
+        sid = await new_session(http, ws, model=MODEL)
+        for n, fact in enumerate(["tests run with uv", "greet is public API", "use tabs"]):
+            done = await wait_turn(
+                http, sid, await start_turn(http, sid, use(f"m{n}", "memory_add", content=fact))
+            )
+            assert done["status"] == "completed" and not done["results"][0]["is_error"], done
+        await wait_turn(http, sid, await message_turn(http, sid, "Hello."))
+    prompt = system_prompt_sent(fake_provider.requests[0])
+    # build's memories_in_prompt is 2 here: the newest two, oldest first.
+    assert prompt.endswith("- greet is public API\n- use tabs")
+    assert "tests run with uv" not in prompt
+
+
+async def test_a_test_sub_agent_runs_commands_but_never_dangerous_ones(
+    agents_server: ServerProcess, fake_provider: FakeProviderServer, ws: Path
+) -> None:
+    fake_provider.plan(
+        Reply.tool_calls(
+            ToolCall("dispatch_subagent", {"task": "Check greet.py.", "agent_type": "test"})
+        ),
+        Reply.tool_calls(
+            ToolCall("shell", {"command": "curl http://example.com"}, id="c_curl"),
+        ),
+        Reply.text("curl was refused."),
+        Reply.text("Done."),
+    )
+    async with agents_server.client("alice") as http:
+        parent = await new_session(http, ws, model=MODEL)
+        async with await Stream.open(
+            agents_server.ws_url(f"/sessions/{parent}/events", after=0), after=0
+        ) as stream:
+            tid = await message_turn(http, parent, "Test it with a sub-agent.")
+            await stream.until("turn.completed", is_parents(tid))
+    child_first, child_second = fake_provider.requests[1], fake_provider.requests[2]
+    offered = set(tool_names_offered(child_first))
+    assert "shell" in offered and not offered & WRITERS
+    text, is_error = tool_results_sent(child_second)["c_curl"]
+    assert is_error and "profile 'ci' is non-interactive: refused" in text
+    # Refused outright: nobody was asked (the ci profile is non-interactive).
+    assert not stream.of("tool.confirmation_requested")

@@ -11,7 +11,7 @@ import pytest
 from dispatcher import DispatchSession, ToolDispatcher, WorkspaceFileAPI
 from dispatcher.publisher import NullPublisher
 from dispatcher.tools import ReadFileTool
-from dispatcher.tools.shell.tool import MAX_TIMEOUT
+from dispatcher.tools.shell.tool import MAX_TIMEOUT, ShellTool
 from server.config import Config
 from server.dispatch_factory import DispatchSessionFactory
 from server.errors import Conflict
@@ -19,25 +19,39 @@ from server.store import SessionRecord
 from server.tool_wiring import register_tools, timeout_for
 
 
-def test_a_configured_timeout_wins_and_the_shell_keeps_its_backstop(tmp_path: Path) -> None:
+def test_timeouts_follow_the_spec_unless_configured(tmp_path: Path) -> None:
+    # Nothing configured: no override, the registry's defaults by side effects apply.
+    assert timeout_for(ReadFileTool, Config()) is None
+    # A global default replaces them for tools that declare none and do not
+    # time themselves (the shell keeps its backstop).
     plain = Config.model_validate({"dispatcher": {"tool_timeout": 45}})
     assert timeout_for(ReadFileTool, plain) == 45
+    assert timeout_for(ShellTool, plain) is None
     configured = Config.model_validate(
-        {"dispatcher": {"tool_timeout": 45, "tool_timeouts": {"read_file": 7}}}
+        {"dispatcher": {"tool_timeout": 45, "tool_timeouts": {"read_file": 7, "run_command": 20}}}
     )
     assert timeout_for(ReadFileTool, configured) == 7
-    # Registered as the server registers them: the shell times its own calls
-    # (up to MAX_TIMEOUT), so the dispatcher's timeout is a backstop above that.
-    dispatcher = ToolDispatcher()
-    register_tools(dispatcher, configured)
-    session = DispatchSession(session_id="s", workspace=WorkspaceFileAPI(str(tmp_path)))
-    try:
-        timeouts = {e.name: e.timeout for e in dispatcher.entries_for(session)}
-    finally:
-        session.workspace.close()
+    timeouts = _registered(tmp_path, configured)
     assert timeouts["read_file"] == 7
     assert timeouts["list_dir"] == 45
-    assert timeouts["shell"] == timeouts["run_command"] == MAX_TIMEOUT + 10
+    # The shell times its own calls (up to MAX_TIMEOUT): the dispatcher's
+    # timeout is a backstop above that, unless the admin set one for it.
+    assert timeouts["shell"] == MAX_TIMEOUT + 10
+    assert timeouts["run_command"] == 20
+    defaults = _registered(tmp_path, Config())
+    assert defaults["read_file"] == defaults["write_file"] == 60
+    assert defaults["shell"] == MAX_TIMEOUT + 10
+
+
+def _registered(tmp_path: Path, config: Config) -> dict[str, float]:
+    """Each tool's effective timeout, registered as the server registers them."""
+    dispatcher = ToolDispatcher()
+    register_tools(dispatcher, config)
+    session = DispatchSession(session_id="s", workspace=WorkspaceFileAPI(str(tmp_path)))
+    try:
+        return {e.name: e.timeout for e in dispatcher.entries_for(session)}
+    finally:
+        session.workspace.close()
 
 
 def _record(workspace: str) -> SessionRecord:

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from protocol.canonical import text_result
+from protocol.payloads import Payload
 from server.store import TurnCancelReason, TurnFailureReason, TurnRecord, TurnStatus
-from server.turn_state import TRANSITIONS, Turn, TurnEnd, TurnPhase, TurnTransitionError
+from server.turn_state import TRANSITIONS, InvalidTurnTransition, Turn, TurnEnd, TurnPhase
 from server.turns import TurnFailure, TurnOutcome
 
 SPEC = Path(__file__).resolve().parents[2] / "specs" / "server-api.md"
@@ -34,6 +35,11 @@ class _Recorder:
     ) -> Any:
         self.events.append((type, dict(data), turn_id))
         return None
+
+    def emit(self, payload: Payload, *, session_id: str, turn_id: str | None = None) -> None:
+        # Recorded as clients read it: the keys the publisher set.
+        data = payload.model_dump(mode="json", exclude_unset=True)
+        self.events.append((str(payload.event_type), data, turn_id))
 
 
 def _turn() -> tuple[Turn, _Recorder]:
@@ -113,7 +119,7 @@ def test_a_decided_end_holds_and_is_published_once() -> None:
     assert not turn.request_cancel("alice", TurnCancelReason.CANCELLED)
     turn.request_stop(TurnFailureReason.SERVER_SHUTDOWN)
     turn.end(end)
-    with pytest.raises(TurnTransitionError):
+    with pytest.raises(InvalidTurnTransition):
         turn.end(end)
     assert publisher.events == [
         ("turn.completed", {"usage": None, "results": 2, "errors": 1}, "turn_1")

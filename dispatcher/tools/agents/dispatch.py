@@ -35,6 +35,7 @@ SUBAGENT_GROUP = "subagents"
 AGENTS_SECTION = "agents"
 MAX_TASK_CHARS = 20_000
 MAX_CONTEXT_CHARS = 100_000
+SUBAGENT_TIMEOUT = 600.0
 # How many file names the account lists before it says "and N more".
 MAX_FILES_LISTED = 30
 
@@ -134,6 +135,9 @@ class DispatchSubagentTool(BaseTool):
         side_effects=SideEffects.NONE,
     )
     options_section: ClassVar[str | None] = AGENTS_SECTION
+    # A whole agent turn of its own: ten minutes unless configured
+    # (``dispatcher.tool_timeouts.dispatch_subagent``); the child is cancelled then.
+    timeout: ClassVar[float | None] = SUBAGENT_TIMEOUT
 
     async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:
         runner = context.options.get("runner")

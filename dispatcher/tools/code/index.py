@@ -36,7 +36,7 @@ import stat
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -634,20 +634,6 @@ class FilesModifiedTap:
 
     def __init__(self, inner: EventPublisher) -> None:
         self._inner = inner
-
-    def publish(
-        self,
-        type: str,
-        data: Mapping[str, Any],
-        *,
-        session_id: str,
-        turn_id: str | None = None,
-    ) -> None:
-        if type == "tool.completed":
-            files = data.get("files_modified")
-            if files:
-                note_modified(session_id, files)
-        self._inner.publish(type, data, session_id=session_id, turn_id=turn_id)
 
     def emit(self, payload: Payload, *, session_id: str, turn_id: str | None = None) -> None:
         if isinstance(payload, ToolCompleted) and payload.files_modified:

@@ -8,10 +8,10 @@ streams progress as ``tool.output_delta`` events on the ``progress`` stream;
 later calls get it refreshed first (files our tools modified, reported by the
 server's FilesModifiedTap, and a periodic full check for everything else).
 
-Each result is text for the model plus the same data, structured, in the
-output's ``metadata`` (and in ``tool.completed.data.metadata``); the shape is
-each tool's ``output_schema`` (kept on the class until ToolDefinition carries
-output schemas).
+Each result is text for the model plus the same facts, structured, as the
+output's ``data`` (clients receive it in ``tool.completed.data.structured``);
+its shape is each tool's ``definition.output_schema``, which the dispatcher
+validates it against.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from dispatcher.tools.common import (
     relative_path,
     require_file,
 )
+from dispatcher.tools.shapes import BOOLEAN, LINE, PATH, STRING, array, nullable, record
 from dispatcher.workspace import WorkspaceFileAPI
 from protocol.canonical import SideEffects, ToolDefinition
 
@@ -56,19 +57,65 @@ KINDS = [
     "trait",
     "module",
 ]
-_SYMBOL_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "name": {"type": "string"},
-        "kind": {"type": "string", "enum": KINDS},
-        "line": {"type": "integer"},
-        "end_line": {"type": "integer"},
-        "column": {"type": "integer"},
-        "signature": {"type": "string"},
-        "container": {"type": ["string", "null"]},
+# extract.Symbol.to_json()
+_SYMBOL_PROPERTIES: dict[str, dict[str, Any]] = {
+    "name": STRING,
+    "kind": {"type": "string", "enum": KINDS},
+    "line": LINE,
+    "end_line": LINE,
+    "column": {
+        "type": "integer",
+        "minimum": 1,
+        "description": "1-based column of the name (bytes).",
     },
-    "required": ["name", "kind", "line", "end_line", "signature"],
+    "signature": STRING,
+    "container": nullable("string", "The enclosing class, impl or trait, if any."),
 }
+LIST_SYMBOLS_OUTPUT = record(
+    {
+        "path": PATH,
+        "language": STRING,
+        "symbols": array(record(_SYMBOL_PROPERTIES)),
+        "syntax_errors": BOOLEAN,
+    }
+)
+FIND_SYMBOL_OUTPUT = record(
+    {"name": STRING, "definitions": array(record({"file": PATH, **_SYMBOL_PROPERTIES}))}
+)
+FIND_REFERENCES_OUTPUT = record(
+    {
+        "name": STRING,
+        "references": array(
+            record(
+                {
+                    "file": PATH,
+                    "line": LINE,
+                    "text": STRING,
+                    "context": array(STRING, "Lines context_start.. around the use."),
+                    "context_start": LINE,
+                }
+            )
+        ),
+        "total": {"type": "integer", "minimum": 0, "description": "Uses found, shown or not."},
+        "truncated": BOOLEAN,
+    }
+)
+DEPENDENCY_GRAPH_OUTPUT = record(
+    {
+        "edges": array(
+            record(
+                {
+                    "from": PATH,
+                    "to": nullable("string", "The workspace file or folder; null: external."),
+                    "module": STRING,
+                    "line": LINE,
+                }
+            )
+        ),
+        "nodes": array(PATH),
+        "truncated": BOOLEAN,
+    }
+)
 _LANGS = ", ".join(sorted(set(EXTENSIONS.values())))
 
 
@@ -142,17 +189,8 @@ class ListSymbolsTool(BaseTool):
         ),
         input_schema=object_schema({"path": path_property("The source file.")}, ["path"]),
         side_effects=SideEffects.READ,
+        output_schema=LIST_SYMBOLS_OUTPUT,
     )
-    output_schema: dict[str, Any] = {
-        "type": "object",
-        "properties": {
-            "path": {"type": "string"},
-            "language": {"type": "string"},
-            "symbols": {"type": "array", "items": _SYMBOL_SCHEMA},
-            "syntax_errors": {"type": "boolean"},
-        },
-        "required": ["path", "language", "symbols"],
-    }
     path_fields: tuple[str, ...] = ("path",)
 
     async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:
@@ -181,7 +219,7 @@ class ListSymbolsTool(BaseTool):
             text += "\n[the file has syntax errors: the outline may be incomplete]"
         return ToolOutput.text(
             text,
-            metadata={
+            data={
                 "path": rel,
                 "language": language,
                 "symbols": symbols,
@@ -209,21 +247,8 @@ class FindSymbolTool(BaseTool):
             ["name"],
         ),
         side_effects=SideEffects.READ,
+        output_schema=FIND_SYMBOL_OUTPUT,
     )
-    output_schema: dict[str, Any] = {
-        "type": "object",
-        "properties": {
-            "name": {"type": "string"},
-            "definitions": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": {"file": {"type": "string"}, **_SYMBOL_SCHEMA["properties"]},
-                },
-            },
-        },
-        "required": ["name", "definitions"],
-    }
     path_fields: tuple[str, ...] = ("path",)
 
     async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:
@@ -243,7 +268,7 @@ class FindSymbolTool(BaseTool):
             )
         else:
             text = f"(no definition of {name!r} found)"
-        return ToolOutput.text(text, metadata={"name": name, "definitions": defs})
+        return ToolOutput.text(text, data={"name": name, "definitions": defs})
 
 
 class FindReferencesTool(BaseTool):
@@ -276,28 +301,8 @@ class FindReferencesTool(BaseTool):
             ["name"],
         ),
         side_effects=SideEffects.READ,
+        output_schema=FIND_REFERENCES_OUTPUT,
     )
-    output_schema: dict[str, Any] = {
-        "type": "object",
-        "properties": {
-            "name": {"type": "string"},
-            "references": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "file": {"type": "string"},
-                        "line": {"type": "integer"},
-                        "text": {"type": "string"},
-                        "context": {"type": "array", "items": {"type": "string"}},
-                    },
-                },
-            },
-            "total": {"type": "integer"},
-            "truncated": {"type": "boolean"},
-        },
-        "required": ["name", "references", "total", "truncated"],
-    }
     path_fields: tuple[str, ...] = ("path",)
 
     async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:
@@ -337,7 +342,8 @@ class FindReferencesTool(BaseTool):
             text += f"\n[truncated: {len(refs)} of {total} uses shown]"
         return ToolOutput.text(
             text,
-            metadata={
+            metadata={"total": total, "truncated": total > len(refs)},
+            data={
                 "name": name,
                 "references": refs,
                 "total": total,
@@ -380,27 +386,8 @@ class DependencyGraphTool(BaseTool):
             [],
         ),
         side_effects=SideEffects.READ,
+        output_schema=DEPENDENCY_GRAPH_OUTPUT,
     )
-    output_schema: dict[str, Any] = {
-        "type": "object",
-        "properties": {
-            "edges": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "from": {"type": "string"},
-                        "to": {"type": ["string", "null"]},
-                        "module": {"type": "string"},
-                        "line": {"type": "integer"},
-                    },
-                },
-            },
-            "nodes": {"type": "array", "items": {"type": "string"}},
-            "truncated": {"type": "boolean"},
-        },
-        "required": ["edges", "nodes", "truncated"],
-    }
     path_fields: tuple[str, ...] = ("path",)
 
     async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:
@@ -432,7 +419,9 @@ class DependencyGraphTool(BaseTool):
         if shown.truncated:
             text += "\n" + shown.notice(limit, "edges")
         return ToolOutput.text(
-            text, metadata={"edges": edges, "nodes": nodes, "truncated": shown.truncated}
+            text,
+            metadata={"truncated": shown.truncated},
+            data={"edges": edges, "nodes": nodes, "truncated": shown.truncated},
         )
 
 

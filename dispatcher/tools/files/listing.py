@@ -1,7 +1,11 @@
 """list_dir and find_files: what is in the workspace, by folder or by name.
 
 Both read only names and metadata, through the descriptor walk (walk.py):
-no file content is opened, and no folder is entered by name."""
+no file content is opened, and no folder is entered by name.
+
+The model gets one path per line; clients get the same listing as
+``ToolOutput.data`` (``LIST_DIR_OUTPUT``, ``FIND_FILES_OUTPUT``), and
+``metadata`` keeps the operational facts (count, truncated)."""
 
 from __future__ import annotations
 
@@ -13,8 +17,33 @@ from dispatcher.tool import BaseTool, ToolContext, ToolOutput
 from dispatcher.tools.common import check_cancelled, object_schema, path_property
 from dispatcher.tools.search.globbing import name_or_path_match
 from dispatcher.tools.search.walk import Entry, Walk
+from dispatcher.tools.shapes import BOOLEAN, COUNT, PATH, STRING, array, record
 from dispatcher.workspace import WorkspaceFileAPI
 from protocol.canonical import SideEffects, ToolDefinition
+
+LIST_DIR_OUTPUT = record(
+    {
+        "path": PATH,
+        "entries": array(
+            record(
+                {
+                    "path": PATH,
+                    "name": STRING,
+                    "type": {"type": "string", "enum": ["file", "dir", "symlink"]},
+                    "size": {
+                        "type": "integer",
+                        "minimum": 0,
+                        "description": "Bytes; files and links to files only.",
+                    },
+                },
+                optional=["size"],
+            )
+        ),
+        "count": COUNT,
+        "truncated": BOOLEAN,
+    }
+)
+FIND_FILES_OUTPUT = record({"files": array(PATH), "count": COUNT, "truncated": BOOLEAN})
 
 
 def _relative_to(start_rel: str, rel: str) -> str:
@@ -25,6 +54,18 @@ def _kind(entry: Entry) -> str:
     if entry.is_symlink:
         return "symlink"
     return "dir" if entry.is_dir else "file"
+
+
+def _entry_json(entry: Entry) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "path": entry.rel,
+        "name": entry.rel.rpartition("/")[2],
+        "type": _kind(entry),
+    }
+    # The walk reports -1 for folders and links to folders: no size to give.
+    if entry.size >= 0:
+        out["size"] = entry.size
+    return out
 
 
 class ListDirTool(BaseTool):
@@ -61,6 +102,7 @@ class ListDirTool(BaseTool):
             [],
         ),
         side_effects=SideEffects.READ,
+        output_schema=LIST_DIR_OUTPUT,
     )
     path_fields: tuple[str, ...] = ("path",)
 
@@ -79,6 +121,8 @@ class ListDirTool(BaseTool):
                 path,
                 recursive=recursive,
                 respect_gitignore=input.get("respect_gitignore", True),
+                # One fstatat per file, already open folder: cheap beside the listing.
+                sizes=True,
                 cancelled=context.cancel_event.is_set,
             ) as walk:
                 start_rel = walk.start_rel
@@ -100,9 +144,10 @@ class ListDirTool(BaseTool):
             text += f"\n[truncated: only the first {limit} entries are shown]"
         return ToolOutput.text(
             text,
-            metadata={
+            metadata={"count": len(entries), "truncated": truncated},
+            data={
                 "path": start_rel,
-                "entries": [{"path": e.rel, "type": _kind(e)} for e in entries],
+                "entries": [_entry_json(e) for e in entries],
                 "count": len(entries),
                 "truncated": truncated,
             },
@@ -135,6 +180,7 @@ class FindFilesTool(BaseTool):
             ["pattern"],
         ),
         side_effects=SideEffects.READ,
+        output_schema=FIND_FILES_OUTPUT,
     )
     path_fields: tuple[str, ...] = ("path",)
 
@@ -162,7 +208,9 @@ class FindFilesTool(BaseTool):
         if truncated:
             text += f"\n[truncated: only the first {limit} matches are shown]"
         return ToolOutput.text(
-            text, metadata={"files": found, "count": len(found), "truncated": truncated}
+            text,
+            metadata={"count": len(found), "truncated": truncated},
+            data={"files": found, "count": len(found), "truncated": truncated},
         )
 
 

@@ -100,7 +100,7 @@ import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from dispatcher.errors import ToolCancelled, ToolExecutionError, ToolTimeout, ToolValidationError
+from dispatcher.errors import ToolCancelled, ToolExecutionError, ToolTimeout, ToolValidationFailed
 from dispatcher.process import ProcessRunner
 from dispatcher.tool import ToolContext
 
@@ -555,7 +555,7 @@ def git_error(subcommand: str, stderr: str) -> ToolExecutionError:
 def check_revision(value: str, what: str) -> str:
     """A revision argument from the model: never an option, never multi-line."""
     if not value or value.startswith("-"):
-        raise ToolValidationError(f"{what} {value!r} must be a revision, not an option")
+        raise ToolValidationFailed(f"{what} {value!r} must be a revision, not an option")
     if any(ch.isspace() or ord(ch) < 32 for ch in value) or len(value) > 256:
-        raise ToolValidationError(f"{what} {value!r} is not a valid revision")
+        raise ToolValidationFailed(f"{what} {value!r} is not a valid revision")
     return value

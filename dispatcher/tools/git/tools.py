@@ -1,12 +1,17 @@
 """git_status, git_diff, git_log (read) and git_commit, git_branch (write):
 thin tools over the git CLI with structured output. See git_runner for how
-git is run and why the read tools can declare ``read``."""
+git is run and why the read tools can declare ``read``.
+
+Each tool gives the model readable text and clients the same facts as
+``ToolOutput.data``, described by the tool's ``output_schema`` (the
+``*_OUTPUT`` schemas below); ``metadata`` keeps only operational facts
+(git_diff: whether the diff text was cut)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dispatcher.errors import ToolExecutionError, ToolValidationError
+from dispatcher.errors import ToolExecutionError, ToolValidationFailed
 from dispatcher.tool import BaseTool, ConfirmationPreview, ToolContext, ToolOutput
 from dispatcher.tools.common import (
     Options,
@@ -26,6 +31,15 @@ from dispatcher.tools.git.parse import (
     parse_status_v2,
 )
 from dispatcher.tools.git.runner import GitRunner, check_revision, git_error
+from dispatcher.tools.shapes import (
+    BOOLEAN,
+    COUNT,
+    PATH,
+    STRING,
+    array,
+    nullable,
+    record,
+)
 from dispatcher.workspace import WorkspaceFileAPI
 from protocol.canonical import SideEffects, ToolDefinition
 
@@ -34,6 +48,105 @@ if TYPE_CHECKING:
 
 DEFAULT_DIFF_BYTES = 256 * 1024
 DEFAULT_AUTHOR = ("toolrelay", "toolrelay@localhost")
+
+# The change words of parse._STATUS_WORDS, plus what untracked/ignored entries carry.
+_CHANGE = {"type": "string", "description": "modified, added, deleted, renamed, ... or unmodified."}
+STATUS_OUTPUT = record(
+    {
+        "branch": record(
+            {
+                "head": nullable("string", "Current branch; null when HEAD is detached."),
+                "oid": nullable("string", "HEAD commit; null before the first commit."),
+                "upstream": nullable("string"),
+                "ahead": nullable("integer", "Commits ahead of upstream (null: no upstream)."),
+                "behind": nullable("integer", "Commits behind upstream (null: no upstream)."),
+            }
+        ),
+        "entries": array(
+            record(
+                {
+                    "path": PATH,
+                    "kind": {
+                        "type": "string",
+                        "enum": [
+                            "changed",
+                            "renamed",
+                            "copied",
+                            "unmerged",
+                            "untracked",
+                            "ignored",
+                        ],
+                    },
+                    "index": _CHANGE,
+                    "worktree": _CHANGE,
+                    "orig_path": nullable("string", "The path before a rename or copy."),
+                }
+            )
+        ),
+        "clean": BOOLEAN,
+    }
+)
+DIFF_OUTPUT = record(
+    {
+        "files": array(
+            record(
+                {
+                    "path": PATH,
+                    "old_path": nullable("string", "The path before a rename."),
+                    "added": nullable("integer", "Lines added; null for a binary file."),
+                    "removed": nullable("integer", "Lines removed; null for a binary file."),
+                    "binary": BOOLEAN,
+                }
+            ),
+            "Every changed file, even when the diff text was truncated.",
+        ),
+        "staged": BOOLEAN,
+        "ref": nullable("string"),
+    }
+)
+COMMIT_RECORD = record(
+    {
+        "sha": STRING,
+        "short": STRING,
+        "author": STRING,
+        "email": STRING,
+        "date": {"type": "string", "format": "date-time", "description": "Author date."},
+        "parents": array(STRING),
+        "subject": STRING,
+        "body": STRING,
+    }
+)
+LOG_OUTPUT = record({"commits": array(COMMIT_RECORD, "Newest first."), "count": COUNT})
+_COMMITTED_FILE = record(
+    {
+        "status": {"type": "string", "description": "git's name-status letter (A, M, D, R, C...)."},
+        "path": PATH,
+        "old_path": STRING,
+    },
+    optional=["old_path"],
+)
+COMMIT_OUTPUT = record(
+    {"sha": STRING, "branch": nullable("string"), "files": array(_COMMITTED_FILE)}
+)
+BRANCH_OUTPUT = record(
+    {
+        "action": {"type": "string", "enum": ["list", "create", "switch", "delete"]},
+        "name": STRING,
+        "branches": array(
+            record(
+                {
+                    "name": STRING,
+                    "commit": STRING,
+                    "current": BOOLEAN,
+                    "upstream": nullable("string"),
+                }
+            ),
+            "Present for action list.",
+        ),
+        "files_changed": array(PATH, "Present for action switch."),
+    },
+    optional=["name", "branches", "files_changed"],
+)
 
 
 class _GitTool(BaseTool):
@@ -68,6 +181,7 @@ class GitStatusTool(_GitTool):
         ),
         input_schema=object_schema({}, []),
         side_effects=SideEffects.READ,
+        output_schema=STATUS_OUTPUT,
     )
 
     async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:
@@ -86,7 +200,7 @@ class GitStatusTool(_GitTool):
             ]
         )
         status = parse_status_v2(result.stdout)
-        return ToolOutput.text(_render_status(status), metadata=status.as_dict())
+        return ToolOutput.text(_render_status(status), data=status.as_dict())
 
 
 def _render_status(status: Status) -> str:
@@ -136,6 +250,7 @@ class GitDiffTool(_GitTool):
             [],
         ),
         side_effects=SideEffects.READ,
+        output_schema=DIFF_OUTPUT,
     )
     path_fields: tuple[str, ...] = ("path",)
 
@@ -165,7 +280,8 @@ class GitDiffTool(_GitTool):
         text = diff.text if diff.text else "(no changes)"
         return ToolOutput.text(
             text,
-            metadata={
+            metadata={"truncated": diff.truncated},
+            data={
                 "files": [
                     {
                         "path": f.path,
@@ -176,7 +292,6 @@ class GitDiffTool(_GitTool):
                     }
                     for f in files
                 ],
-                "truncated": diff.truncated,
                 "staged": input.get("staged", False),
                 "ref": input.get("ref"),
             },
@@ -203,6 +318,7 @@ class GitLogTool(_GitTool):
             [],
         ),
         side_effects=SideEffects.READ,
+        output_schema=LOG_OUTPUT,
     )
     path_fields: tuple[str, ...] = ("path",)
 
@@ -226,13 +342,13 @@ class GitLogTool(_GitTool):
         result = await git.run(args, check=False)
         if result.exit_code != 0:
             if "does not have any commits yet" in result.stderr:
-                return ToolOutput.text("(no commits yet)", metadata={"commits": [], "count": 0})
+                return ToolOutput.text("(no commits yet)", data={"commits": [], "count": 0})
             raise git_error("log", result.stderr)
         commits = parse_log(result.stdout)
         lines = [f"{c.short} {c.date[:10]} {c.author}: {c.subject}" for c in commits]
         return ToolOutput.text(
             "\n".join(lines) if lines else "(no commits match)",
-            metadata={
+            data={
                 "commits": [
                     {
                         "sha": c.sha,
@@ -274,6 +390,7 @@ class GitCommitTool(_GitTool):
             ["message"],
         ),
         side_effects=SideEffects.WRITE,
+        output_schema=COMMIT_OUTPUT,
     )
 
     async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:
@@ -281,7 +398,7 @@ class GitCommitTool(_GitTool):
         ws = context.workspace_files
         message: str = input["message"]
         if not message.strip():
-            raise ToolValidationError("message must not be blank")
+            raise ToolValidationFailed("message must not be blank")
         paths = [refuse_git_internals(ws, p) for p in input.get("paths", [])]
         git = self._runner(context, writable=True)
         if input.get("all", False):
@@ -307,7 +424,7 @@ class GitCommitTool(_GitTool):
         return ToolOutput.text(
             f"[{branch or 'detached'} {sha[:12]}] {message.splitlines()[0]}\n"
             + "\n".join(f"{f['status']} {f['path']}" for f in files),
-            metadata={"commit": sha, "branch": branch, "files": files},
+            data={"sha": sha, "branch": branch, "files": files},
         )
 
     async def preview(
@@ -387,6 +504,7 @@ class GitBranchTool(_GitTool):
             [],
         ),
         side_effects=SideEffects.WRITE,
+        output_schema=BRANCH_OUTPUT,
     )
 
     async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:
@@ -403,14 +521,10 @@ class GitBranchTool(_GitTool):
                 else []
             )
             await git.run(["branch", "--end-of-options", name, *start])
-            return ToolOutput.text(
-                f"created branch {name}", metadata={"action": action, "name": name}
-            )
+            return ToolOutput.text(f"created branch {name}", data={"action": action, "name": name})
         if action == "delete":
             await git.run(["branch", "-d", "--end-of-options", name])
-            return ToolOutput.text(
-                f"deleted branch {name}", metadata={"action": action, "name": name}
-            )
+            return ToolOutput.text(f"deleted branch {name}", data={"action": action, "name": name})
         before = (await git.run(["rev-parse", "--verify", "-q", "HEAD"], check=False)).stdout
         await git.run(["switch", "--no-guess", "--end-of-options", name])
         changed: list[str] = []
@@ -431,7 +545,7 @@ class GitBranchTool(_GitTool):
             changed = [p.decode("utf-8", "replace") for p in diff.stdout.split(b"\x00") if p]
         return ToolOutput.text(
             f"switched to branch {name}" + (f" ({len(changed)} files changed)" if changed else ""),
-            metadata={"action": action, "name": name, "files_changed": changed},
+            data={"action": action, "name": name, "files_changed": changed},
             files_modified=changed or None,
         )
 
@@ -462,7 +576,7 @@ async def _list_branches(git: GitRunner) -> ToolOutput:
     ]
     return ToolOutput.text(
         "\n".join(lines) if lines else "(no branches yet)",
-        metadata={
+        data={
             "action": "list",
             "branches": [
                 {"name": b.name, "commit": b.commit, "current": b.current, "upstream": b.upstream}
@@ -474,10 +588,10 @@ async def _list_branches(git: GitRunner) -> ToolOutput:
 
 async def _branch_name(git: GitRunner, name: str | None) -> str:
     if not name:
-        raise ToolValidationError("this action needs a branch name in `name`")
+        raise ToolValidationFailed("this action needs a branch name in `name`")
     if name.startswith("-"):
-        raise ToolValidationError(f"branch name {name!r} must not start with '-'")
+        raise ToolValidationFailed(f"branch name {name!r} must not start with '-'")
     check = await git.run(["check-ref-format", "--branch", name], check=False)
     if check.exit_code != 0:
-        raise ToolValidationError(f"{name!r} is not a valid branch name")
+        raise ToolValidationFailed(f"{name!r} is not a valid branch name")
     return name

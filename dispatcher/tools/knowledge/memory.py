@@ -10,33 +10,55 @@ in the server's data dir, never the workspace, a process or the network, so
 the default policy runs them without a prompt (as it runs reads). Every change
 is still visible: an event per write, and ``GET /memory`` / ``DELETE
 /memory/{id}`` let a person see and remove what was kept.
+
+Each tool answers the model in a line or a list and clients with the same
+facts as ``ToolOutput.data``, shaped by its ``definition.output_schema``.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, ClassVar
 
-import anyio.to_thread
-
-from dispatcher.errors import ToolExecutionError, ToolValidationError
+from dispatcher.errors import ToolExecutionError, ToolValidationFailed
 from dispatcher.tool import BaseTool, ToolContext, ToolOutput
 from dispatcher.tools.common import check_cancelled, object_schema
+from dispatcher.tools.knowledge.memory_events import announce_change, announce_consolidated
 from dispatcher.tools.knowledge.store import Memory, MemoryNotFound, MemoryScope
+from dispatcher.tools.shapes import COUNT, NUMBER, STRING, array, record
 from protocol.canonical import SideEffects, ToolDefinition
+from protocol.catalog import EventType
 
-PREVIEW_CHARS = 200
 _ID = {"type": "string", "minLength": 1, "description": "The memory's id (mem_...)."}
-_MEMORY_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "id": {"type": "string"},
-        "content": {"type": "string"},
-        "tags": {"type": "array", "items": {"type": "string"}},
-        "created_at": {"type": "string"},
-        "updated_at": {"type": "string"},
-    },
-    "required": ["id", "content", "tags"],
+# _public(memory)
+_MEMORY_PROPERTIES: dict[str, dict[str, Any]] = {
+    "id": STRING,
+    "content": STRING,
+    "tags": array(STRING),
+    "created_at": STRING,
+    "updated_at": STRING,
 }
+_MEMORY_SCHEMA = record(_MEMORY_PROPERTIES)
+ADD_OUTPUT = record({"id": STRING, "memory": _MEMORY_SCHEMA})
+REPLACE_OUTPUT = record(
+    {"memory": _MEMORY_SCHEMA, "previous": {"type": "string", "description": "The old content."}}
+)
+SEARCH_OUTPUT = record(
+    {
+        "results": array(
+            record({**_MEMORY_PROPERTIES, "score": NUMBER}), "Best match first (higher score)."
+        )
+    }
+)
+CONSOLIDATE_OUTPUT = record(
+    {
+        "merges": array(
+            record({"kept": _MEMORY_SCHEMA, "merged_ids": array(STRING), "reason": STRING})
+        ),
+        "removed": COUNT,
+    }
+)
+DELETE_OUTPUT = record({"id": STRING})
 
 
 def _scope(context: ToolContext) -> MemoryScope:
@@ -53,21 +75,6 @@ def _public(m: Memory) -> dict[str, Any]:
         "tags": list(m.tags),
         "created_at": m.created_at,
         "updated_at": m.updated_at,
-    }
-
-
-def _preview(text: str) -> str:
-    return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 3] + "..."
-
-
-def _event(scope: MemoryScope, memory: Memory, **extra: Any) -> dict[str, Any]:
-    return {
-        "memory_id": memory.id,
-        "workspace": memory.workspace,
-        "owner": memory.owner,
-        "tags": list(memory.tags),
-        "preview": _preview(memory.content),
-        **extra,
     }
 
 
@@ -99,18 +106,14 @@ class MemoryAddTool(_MemoryTool):
             ["content"],
         ),
         side_effects=SideEffects.NONE,
+        output_schema=ADD_OUTPUT,
     )
-    output_schema: dict[str, Any] = {
-        "type": "object",
-        "properties": {"id": {"type": "string"}, "memory": _MEMORY_SCHEMA},
-        "required": ["id", "memory"],
-    }
 
     async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:
         check_cancelled(context, "memory_add")
         scope = _scope(context)
         try:
-            memory = await anyio.to_thread.run_sync(
+            memory = await asyncio.to_thread(
                 lambda: scope.store.add(
                     scope.workspace,
                     scope.owner,
@@ -120,10 +123,10 @@ class MemoryAddTool(_MemoryTool):
                 )
             )
         except ValueError as exc:
-            raise ToolValidationError(str(exc)) from None
-        scope.publish("memory.added", _event(scope, memory), context.turn_id)
+            raise ToolValidationFailed(str(exc)) from None
+        announce_change(scope.publish, EventType.MEMORY_ADDED, memory, context.turn_id)
         return ToolOutput.text(
-            f"remembered as {memory.id}", metadata={"id": memory.id, "memory": _public(memory)}
+            f"remembered as {memory.id}", data={"id": memory.id, "memory": _public(memory)}
         )
 
 
@@ -146,18 +149,14 @@ class MemoryReplaceTool(_MemoryTool):
             ["id", "content"],
         ),
         side_effects=SideEffects.NONE,
+        output_schema=REPLACE_OUTPUT,
     )
-    output_schema: dict[str, Any] = {
-        "type": "object",
-        "properties": {"memory": _MEMORY_SCHEMA, "previous": {"type": "string"}},
-        "required": ["memory", "previous"],
-    }
 
     async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:
         check_cancelled(context, "memory_replace")
         scope = _scope(context)
         try:
-            old, new = await anyio.to_thread.run_sync(
+            old, new = await asyncio.to_thread(
                 lambda: scope.store.replace(
                     input["id"],
                     input["content"],
@@ -169,14 +168,12 @@ class MemoryReplaceTool(_MemoryTool):
         except MemoryNotFound:
             raise ToolExecutionError(f"no memory {input['id']!r} in this workspace") from None
         except ValueError as exc:
-            raise ToolValidationError(str(exc)) from None
-        scope.publish(
-            "memory.replaced",
-            _event(scope, new, previous_preview=_preview(old.content)),
-            context.turn_id,
+            raise ToolValidationFailed(str(exc)) from None
+        announce_change(
+            scope.publish, EventType.MEMORY_REPLACED, new, context.turn_id, previous=old
         )
         return ToolOutput.text(
-            f"replaced {new.id}", metadata={"memory": _public(new), "previous": old.content}
+            f"replaced {new.id}", data={"memory": _public(new), "previous": old.content}
         )
 
 
@@ -198,25 +195,13 @@ class MemorySearchTool(_MemoryTool):
         ),
         # Reads only the memory store, not the workspace: nothing to confirm.
         side_effects=SideEffects.NONE,
+        output_schema=SEARCH_OUTPUT,
     )
-    output_schema: dict[str, Any] = {
-        "type": "object",
-        "properties": {
-            "results": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": {**_MEMORY_SCHEMA["properties"], "score": {"type": "number"}},
-                },
-            }
-        },
-        "required": ["results"],
-    }
 
     async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:
         check_cancelled(context, "memory_search")
         scope = _scope(context)
-        found = await anyio.to_thread.run_sync(
+        found = await asyncio.to_thread(
             lambda: scope.store.search(
                 input["query"],
                 workspace=scope.workspace,
@@ -230,7 +215,7 @@ class MemorySearchTool(_MemoryTool):
             "\n".join(f"{r['id']} [{', '.join(r['tags'])}] {r['content']}" for r in results)
             or "(no memory matches)"
         )
-        return ToolOutput.text(text, metadata={"results": results})
+        return ToolOutput.text(text, data={"results": results})
 
 
 class MemoryConsolidateTool(_MemoryTool):
@@ -244,30 +229,13 @@ class MemoryConsolidateTool(_MemoryTool):
         ),
         input_schema=object_schema({}, []),
         side_effects=SideEffects.NONE,
+        output_schema=CONSOLIDATE_OUTPUT,
     )
-    output_schema: dict[str, Any] = {
-        "type": "object",
-        "properties": {
-            "merges": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "kept": _MEMORY_SCHEMA,
-                        "merged_ids": {"type": "array", "items": {"type": "string"}},
-                        "reason": {"type": "string"},
-                    },
-                },
-            },
-            "removed": {"type": "integer"},
-        },
-        "required": ["merges", "removed"],
-    }
 
     async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:
         check_cancelled(context, "memory_consolidate")
         scope = _scope(context)
-        merges = await anyio.to_thread.run_sync(
+        merges = await asyncio.to_thread(
             lambda: scope.store.consolidate(scope.workspace, scope.owner)
         )
         out: list[dict[str, Any]] = [
@@ -280,22 +248,8 @@ class MemoryConsolidateTool(_MemoryTool):
         ]
         removed = sum(len(m["merged_ids"]) for m in out)
         if merges:
-            scope.publish(
-                "memory.consolidated",
-                {
-                    "workspace": scope.workspace,
-                    "owner": scope.owner,
-                    "merges": [
-                        {
-                            "kept_id": m["kept"]["id"],
-                            "merged_ids": m["merged_ids"],
-                            "reason": m["reason"],
-                        }
-                        for m in out
-                    ],
-                    "removed": removed,
-                },
-                context.turn_id,
+            announce_consolidated(
+                scope.publish, scope.workspace, scope.owner, merges, context.turn_id
             )
         text = (
             "\n".join(
@@ -304,7 +258,7 @@ class MemoryConsolidateTool(_MemoryTool):
             )
             or "(nothing to merge)"
         )
-        return ToolOutput.text(text, metadata={"merges": out, "removed": removed})
+        return ToolOutput.text(text, data={"merges": out, "removed": removed})
 
 
 class MemoryDeleteTool(_MemoryTool):
@@ -315,26 +269,24 @@ class MemoryDeleteTool(_MemoryTool):
         description="Delete a memory of this workspace, by id.",
         input_schema=object_schema({"id": _ID}, ["id"]),
         side_effects=SideEffects.NONE,
+        output_schema=DELETE_OUTPUT,
     )
-    output_schema: dict[str, Any] = {
-        "type": "object",
-        "properties": {"id": {"type": "string"}},
-        "required": ["id"],
-    }
 
     async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:
         check_cancelled(context, "memory_delete")
         scope = _scope(context)
         try:
-            memory = await anyio.to_thread.run_sync(
+            memory = await asyncio.to_thread(
                 lambda: scope.store.delete(
                     input["id"], workspace=scope.workspace, owner=scope.owner
                 )
             )
         except MemoryNotFound:
             raise ToolExecutionError(f"no memory {input['id']!r} in this workspace") from None
-        scope.publish("memory.deleted", _event(scope, memory, deleted_by="tool"), context.turn_id)
-        return ToolOutput.text(f"deleted {memory.id}", metadata={"id": memory.id})
+        announce_change(
+            scope.publish, EventType.MEMORY_DELETED, memory, context.turn_id, deleted_by="tool"
+        )
+        return ToolOutput.text(f"deleted {memory.id}", data={"id": memory.id})
 
 
 MEMORY_TOOLS = (

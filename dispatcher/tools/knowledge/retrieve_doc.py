@@ -6,23 +6,24 @@ read through the workspace file API, cut into passages (a Markdown section,
 split further at blank lines when long) and ranked with SQLite FTS5's bm25
 in an in-memory table built for the call: the same ranking as memory_search,
 and nothing kept between calls, so an edited doc is searched as it is now.
+The passages reach clients as ``ToolOutput.data`` (``RETRIEVE_DOC_OUTPUT``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import anyio.to_thread
-
 from dispatcher.tool import BaseTool, ToolContext, ToolOutput
 from dispatcher.tools.common import check_cancelled, object_schema, path_property
 from dispatcher.tools.knowledge.store import fts_query
 from dispatcher.tools.search.candidates import Candidate, open_candidates, read_fd
 from dispatcher.tools.search.walk import Walk
+from dispatcher.tools.shapes import COUNT, LINE, NUMBER, PATH, STRING, array, record
 from dispatcher.workspace import WorkspaceFileAPI
 from protocol.canonical import SideEffects, ToolDefinition
 
@@ -30,6 +31,26 @@ DOC_SUFFIXES = (".md", ".markdown", ".mdx", ".txt", ".rst", ".adoc")
 MAX_DOC_BYTES = 1024 * 1024
 MAX_DOC_FILES = 5000
 PASSAGE_CHARS = 1500
+
+RETRIEVE_DOC_OUTPUT = record(
+    {
+        "passages": array(
+            record(
+                {
+                    "file": PATH,
+                    "start_line": LINE,
+                    "end_line": LINE,
+                    "heading": {"type": "string", "description": "Section heading; '' if none."},
+                    "text": STRING,
+                    "score": NUMBER,
+                }
+            ),
+            "Best first (higher score).",
+        ),
+        "files_searched": COUNT,
+        "truncated": {"type": "boolean", "description": f"Only {MAX_DOC_FILES} docs searched."},
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,28 +168,8 @@ class RetrieveDocTool(BaseTool):
             ["query"],
         ),
         side_effects=SideEffects.READ,
+        output_schema=RETRIEVE_DOC_OUTPUT,
     )
-    output_schema: dict[str, Any] = {
-        "type": "object",
-        "properties": {
-            "passages": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "file": {"type": "string"},
-                        "start_line": {"type": "integer"},
-                        "end_line": {"type": "integer"},
-                        "heading": {"type": "string"},
-                        "text": {"type": "string"},
-                        "score": {"type": "number"},
-                    },
-                },
-            },
-            "files_searched": {"type": "integer"},
-        },
-        "required": ["passages", "files_searched"],
-    }
     path_fields: tuple[str, ...] = ("path",)
 
     async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:
@@ -183,7 +184,7 @@ class RetrieveDocTool(BaseTool):
             )
             return rank(passages, query, limit), files, truncated
 
-        ranked, files, truncated = await anyio.to_thread.run_sync(run)
+        ranked, files, truncated = await asyncio.to_thread(run)
         check_cancelled(context, "retrieve_doc")
         results = [
             {
@@ -209,5 +210,6 @@ class RetrieveDocTool(BaseTool):
             text += f"\n[only the first {MAX_DOC_FILES} doc files were searched]"
         return ToolOutput.text(
             text,
-            metadata={"passages": results, "files_searched": files, "truncated": truncated},
+            metadata={"files_searched": files, "truncated": truncated},
+            data={"passages": results, "files_searched": files, "truncated": truncated},
         )

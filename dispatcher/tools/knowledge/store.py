@@ -23,12 +23,14 @@ import secrets
 import sqlite3
 import threading
 import unicodedata
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from protocol.payloads import Payload
 
 NEAR_DUPLICATE = 0.8
 MAX_CONTENT_CHARS = 20_000
@@ -380,11 +382,12 @@ def _check_tags(tags: list[str] | tuple[str, ...]) -> tuple[str, ...]:
     return clean
 
 
-# (event type, data, turn id): announces a change on the session's stream.
-Publish = Callable[[str, Mapping[str, Any], "str | None"], None]
+# (payload, turn id): announces a change on the session's stream; the
+# payloads are built in dispatcher/tools/knowledge/memory_events.py.
+Publish = Callable[[Payload, "str | None"], None]
 
 
-def _no_publish(type: str, data: Mapping[str, Any], turn_id: str | None) -> None:
+def _no_publish(payload: Payload, turn_id: str | None) -> None:
     return None
 
 

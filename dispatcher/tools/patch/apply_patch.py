@@ -32,7 +32,7 @@ from dispatcher.tools.files.locks import locked_paths
 from dispatcher.tools.files.textdiff import unified_file_diff
 from dispatcher.tools.patch.diff_apply import HunkFailed, apply_file_patch
 from dispatcher.tools.patch.diff_parse import FilePatch, parse_unified_diff
-from dispatcher.tools.patch.system_patch import SystemPatchError, apply_with_system_patch
+from dispatcher.tools.patch.system_patch import SystemPatchFailed, apply_with_system_patch
 from dispatcher.workspace import WorkspaceFileAPI, WorkspacePathNotFound
 from protocol.canonical import SideEffects, ToolDefinition
 
@@ -201,7 +201,7 @@ async def _plan(
     sections = [fp for t in targets for fp in t.patches]
     try:
         after, messages = await apply_with_system_patch(sections, before, sandbox=sandbox)
-    except SystemPatchError as exc:
+    except SystemPatchFailed as exc:
         raise ToolExecutionError(
             f"the patch does not apply: {python_failure}. The system patch program could not "
             f"apply it either: {exc}. No file was changed."

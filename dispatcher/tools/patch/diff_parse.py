@@ -17,7 +17,7 @@ _HUNK_HEADER = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _C_ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}
 
 
-class PatchParseError(ToolExecutionError):
+class PatchMalformed(ToolExecutionError):
     """The patch text is not a unified diff this tool can apply."""
 
 
@@ -83,7 +83,7 @@ class FilePatch:
 
 
 def parse_unified_diff(text: str, *, default_path: str | None = None) -> list[FilePatch]:
-    """Every file section of ``text``; raises PatchParseError naming the line."""
+    """Every file section of ``text``; raises PatchMalformed naming the line."""
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
@@ -97,7 +97,7 @@ def parse_unified_diff(text: str, *, default_path: str | None = None) -> list[Fi
             new = _header_path(lines[i + 1][4:])
             old, new = _strip_git_prefixes(old, new)
             if old is None and new is None:
-                raise PatchParseError(f"line {i + 1}: both sides of the file header are /dev/null")
+                raise PatchMalformed(f"line {i + 1}: both sides of the file header are /dev/null")
             current = FilePatch(old, new)
             files.append(current)
             i += 2
@@ -105,7 +105,7 @@ def parse_unified_diff(text: str, *, default_path: str | None = None) -> list[Fi
         if line.startswith("@@"):
             if current is None:
                 if default_path is None:
-                    raise PatchParseError(
+                    raise PatchMalformed(
                         f"line {i + 1}: a hunk comes before any '---'/'+++' file header; "
                         "add the headers or give the path argument"
                     )
@@ -116,24 +116,24 @@ def parse_unified_diff(text: str, *, default_path: str | None = None) -> list[Fi
             continue
         for prefix in ("rename from", "rename to", "copy from", "copy to"):
             if line.startswith(prefix):
-                raise PatchParseError(
+                raise PatchMalformed(
                     f"line {i + 1}: renames and copies are not supported; "
                     "write the new file and delete the old one instead"
                 )
         if line.startswith(("GIT binary patch", "Binary files ")):
-            raise PatchParseError(f"line {i + 1}: binary patches are not supported")
+            raise PatchMalformed(f"line {i + 1}: binary patches are not supported")
         # Anything else (diff --git, index, mode lines, prose) carries nothing we need.
         i += 1
     files = [f for f in files if f.hunks]
     if not files:
-        raise PatchParseError("the patch contains no hunks ('@@ -a,b +c,d @@' sections)")
+        raise PatchMalformed("the patch contains no hunks ('@@ -a,b +c,d @@' sections)")
     return files
 
 
 def _parse_hunk(lines: list[str], start: int) -> tuple[Hunk, int]:
     match = _HUNK_HEADER.match(lines[start])
     if match is None:
-        raise PatchParseError(
+        raise PatchMalformed(
             f"line {start + 1}: malformed hunk header {lines[start][:80]!r}; "
             "expected '@@ -start,count +start,count @@'"
         )
@@ -176,7 +176,7 @@ def _parse_hunk(lines: list[str], start: int) -> tuple[Hunk, int]:
         hunk.counts_corrected = True
         i += 1
     if not hunk.lines:
-        raise PatchParseError(f"line {start + 1}: the hunk has no body")
+        raise PatchMalformed(f"line {start + 1}: the hunk has no body")
     return hunk, i
 
 
@@ -193,7 +193,7 @@ def _header_path(raw: str) -> str | None:
     if value == "/dev/null":
         return None
     if not value:
-        raise PatchParseError("a file header has an empty path")
+        raise PatchMalformed("a file header has an empty path")
     return value
 
 

@@ -32,7 +32,7 @@ PATCH_TIMEOUT = 30.0
 OUTPUT_LIMIT = 256 * 1024
 
 
-class SystemPatchError(Exception):
+class SystemPatchFailed(Exception):
     """``patch`` is missing, failed, or did not finish in time; the message says which."""
 
 
@@ -54,7 +54,7 @@ async def apply_with_system_patch(
     """
     exe = shutil.which("patch")
     if exe is None:
-        raise SystemPatchError("the system 'patch' program is not installed")
+        raise SystemPatchFailed("the system 'patch' program is not installed")
     with tempfile.TemporaryDirectory(prefix="toolrelay-patch-") as scratch:
         scratch, tree, diff_path = _prepare(scratch, files, originals)
         argv = [
@@ -77,7 +77,7 @@ async def apply_with_system_patch(
                     host_view="system",
                 )
             except SandboxUnavailable as exc:
-                raise SystemPatchError(str(exc)) from exc
+                raise SystemPatchFailed(str(exc)) from exc
         runner = ProcessRunner(
             argv,
             cwd=tree,
@@ -92,14 +92,14 @@ async def apply_with_system_patch(
         try:
             result = await runner.run()
         except OSError as exc:
-            raise SystemPatchError(f"patch could not start: {exc.strerror}") from exc
+            raise SystemPatchFailed(f"patch could not start: {exc.strerror}") from exc
         if result.timed_out:
-            raise SystemPatchError(f"patch did not finish within {PATCH_TIMEOUT:g} s")
+            raise SystemPatchFailed(f"patch did not finish within {PATCH_TIMEOUT:g} s")
         messages = "\n".join(
             part for part in (result.stdout.text().strip(), result.stderr.text().strip()) if part
         )
         if result.exit_code != 0:
-            raise SystemPatchError(messages or f"patch exited with status {result.exit_code}")
+            raise SystemPatchFailed(messages or f"patch exited with status {result.exit_code}")
         results = _collect(tree, originals)
         return results, messages
 
@@ -138,10 +138,10 @@ def _collect(tree: str, originals: Mapping[str, bytes | None]) -> dict[str, byte
             results[rel] = None
             continue
         if os.path.realpath(dest) != os.path.normpath(dest):
-            raise SystemPatchError(f"patch left {rel!r} as a symbolic link; refused")
+            raise SystemPatchFailed(f"patch left {rel!r} as a symbolic link; refused")
         fd = os.open(dest, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         with os.fdopen(fd, "rb") as fh:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise SystemPatchError(f"patch left {rel!r} as something other than a file")
+                raise SystemPatchFailed(f"patch left {rel!r} as something other than a file")
             results[rel] = fh.read()
     return results

@@ -23,7 +23,7 @@ import stat
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field
 
-from dispatcher.errors import ToolError, WorkspaceEscapeError
+from dispatcher.errors import ToolError, WorkspaceEscape
 from dispatcher.sandbox import SYSTEM_DIRS, Sandbox
 from dispatcher.tools.search.globbing import name_or_path_match
 from dispatcher.tools.search.walk import FILE_FLAGS, Walk
@@ -81,7 +81,7 @@ def gather_candidates(
     st: os.stat_result | None
     try:
         st = ws.stat(path)
-    except WorkspaceEscapeError:
+    except WorkspaceEscape:
         raise
     except ToolError:
         st = None  # the walk below words the error

@@ -21,7 +21,7 @@ from functools import lru_cache
 
 import bracex
 
-from dispatcher.errors import ToolValidationError
+from dispatcher.errors import ToolValidationFailed
 
 # Alternatives one user glob may expand to; '{a,b}{c,d}...' grows fast.
 MAX_BRACE_EXPANSION = 256
@@ -140,7 +140,7 @@ def compile_user_glob(pattern: str) -> Callable[[str], bool]:
     try:
         alternatives = bracex.expand(pattern, keep_escapes=True, limit=MAX_BRACE_EXPANSION)
     except bracex.ExpansionLimitException:
-        raise ToolValidationError(
+        raise ToolValidationFailed(
             f"glob {pattern!r} expands to more than {MAX_BRACE_EXPANSION} patterns"
         ) from None
     by_path = [glob_to_regex(a) for a in alternatives if "/" in a]

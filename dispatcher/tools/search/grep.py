@@ -14,6 +14,10 @@ everything except the scan itself:
   grep under a UTF-8 locale, Python's ``re.IGNORECASE``);
 - results are ordered by file (walk order) then line, and cut at the limit.
 
+The model reads ``path:line:text`` lines; clients get the matches as
+``ToolOutput.data`` (``GREP_OUTPUT``), and ``metadata`` keeps how the search
+ran (backend, files searched and skipped, count, truncated).
+
 rg and grep never get a name to open. The server opens every file itself,
 by descriptor from the workspace root (search_files.open_candidates), and
 hands the program ``/proc/self/fd/N`` for each: the kernel resolves such a
@@ -40,7 +44,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dispatcher.errors import ToolExecutionError, ToolValidationError
+from dispatcher.errors import ToolExecutionError, ToolValidationFailed
 from dispatcher.process import guarded_exec
 from dispatcher.sandbox import Sandbox
 from dispatcher.tool import BaseTool, ToolContext, ToolOutput
@@ -63,6 +67,7 @@ from dispatcher.tools.search.candidates import (
     sniff_binary_fd,
 )
 from dispatcher.tools.search.candidates import gather_candidates as _gather
+from dispatcher.tools.shapes import COUNT, LINE, PATH, STRING, array, record
 from dispatcher.workspace import WorkspaceFileAPI
 from protocol.canonical import SideEffects, ToolDefinition
 
@@ -84,6 +89,17 @@ def _fd_chunk() -> int:
 
 
 log = logging.getLogger("toolrelay.tools.grep")
+
+GREP_OUTPUT = record(
+    {
+        "matches": array(
+            record({"path": PATH, "line": LINE, "text": STRING}),
+            "Matching lines, by file (walk order) then line.",
+        ),
+        "count": COUNT,
+        "truncated": {"type": "boolean", "description": "More lines matched than were returned."},
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +166,7 @@ class GrepTool(BaseTool):
             ["pattern"],
         ),
         side_effects=SideEffects.READ,
+        output_schema=GREP_OUTPUT,
     )
     path_fields: tuple[str, ...] = ("path",)
 
@@ -166,7 +183,7 @@ class GrepTool(BaseTool):
         max_files = options.integer("max_files", DEFAULT_MAX_FILES, minimum=1, maximum=1_000_000)
         pattern: str = input["pattern"]
         if "\n" in pattern or "\r" in pattern:
-            raise ToolValidationError("pattern must be a single line of text")
+            raise ToolValidationFailed("pattern must be a single line of text")
         limit: int = input.get("max_results", 100)
         ignore_case = not input.get("case_sensitive", True)
         ws = context.workspace_files
@@ -215,13 +232,17 @@ class GrepTool(BaseTool):
         return ToolOutput.text(
             text,
             metadata={
-                "matches": [{"path": m.path, "line": m.line, "text": m.text} for m in shown.items],
                 "count": shown.count,
                 "truncated": shown.truncated,
                 "backend": backend,
                 "files_searched": len(cands.files),
                 "skipped_files": cands.skipped,
                 "file_list_truncated": cands.truncated,
+            },
+            data={
+                "matches": [{"path": m.path, "line": m.line, "text": m.text} for m in shown.items],
+                "count": shown.count,
+                "truncated": shown.truncated,
             },
         )
 

@@ -10,6 +10,10 @@ above a size budget are skipped before any matching. Every file is read by
 descriptor from the workspace root (candidates.open_candidates), so a
 symbolic link swapped in after the walk cannot make the search read outside
 the workspace.
+
+The model reads grep-like blocks with context; clients get the matches as
+``ToolOutput.data`` (``SEARCH_CODE_OUTPUT``), and ``metadata`` keeps how the
+search ran (files searched and skipped, slow files, count, truncated).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Any
 
 import regex
 
-from dispatcher.errors import ToolValidationError
+from dispatcher.errors import ToolValidationFailed
 from dispatcher.tool import BaseTool, ToolContext, ToolOutput
 from dispatcher.tools.capped import Capped, cap, wanted
 from dispatcher.tools.common import (
@@ -37,10 +41,35 @@ from dispatcher.tools.search.candidates import (
     open_candidates,
 )
 from dispatcher.tools.search.regex_scan import ScanResult, compile_pattern, scan
+from dispatcher.tools.shapes import COUNT, LINE, PATH, STRING, array, record
 from protocol.canonical import SideEffects, ToolDefinition
 
 DEFAULT_FILE_TIMEOUT = 2.0
 DEFAULT_MAX_SLOW_FILES = 3
+
+# The match dicts of regex_scan._scan_text, with the file's path.
+SEARCH_CODE_OUTPUT = record(
+    {
+        "matches": array(
+            record(
+                {
+                    "path": PATH,
+                    "line": LINE,
+                    "column": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "description": "1-based column (characters) where the match starts.",
+                    },
+                    "text": STRING,
+                    "before": array(STRING, "Context lines before the match."),
+                    "after": array(STRING, "Context lines after the match."),
+                }
+            )
+        ),
+        "count": COUNT,
+        "truncated": {"type": "boolean", "description": "More lines matched than were returned."},
+    }
+)
 
 
 class SearchCodeTool(BaseTool):
@@ -86,6 +115,7 @@ class SearchCodeTool(BaseTool):
             ["pattern"],
         ),
         side_effects=SideEffects.READ,
+        output_schema=SEARCH_CODE_OUTPUT,
     )
     path_fields: tuple[str, ...] = ("path",)
 
@@ -105,7 +135,7 @@ class SearchCodeTool(BaseTool):
         try:
             rx = compile_pattern(pattern, ignore_case=ignore_case)
         except regex.error as exc:
-            raise ToolValidationError(f"pattern is not a valid Python regex: {exc}") from exc
+            raise ToolValidationFailed(f"pattern is not a valid Python regex: {exc}") from exc
         limit: int = input.get("max_results", 50)
         ctx_lines: int = input.get("context_lines", 2)
         ws = context.workspace_files
@@ -144,7 +174,6 @@ class SearchCodeTool(BaseTool):
         return ToolOutput.text(
             text,
             metadata={
-                "matches": shown.items,
                 "count": shown.count,
                 "truncated": shown.truncated,
                 "files_searched": len(cands.files),
@@ -153,6 +182,7 @@ class SearchCodeTool(BaseTool):
                 "slow_files": progress.slow_files,
                 "stopped_early": progress.stopped_early,
             },
+            data={"matches": shown.items, "count": shown.count, "truncated": shown.truncated},
         )
 
 

@@ -29,7 +29,7 @@ import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from dispatcher.errors import ToolError, ToolExecutionError, WorkspaceEscapeError
+from dispatcher.errors import ToolError, ToolExecutionError, WorkspaceEscape
 from dispatcher.tools.search.gitignore import IgnoreRule, is_ignored, parse_gitignore
 from dispatcher.workspace import WorkspaceFileAPI, WorkspacePathNotFound
 
@@ -206,7 +206,7 @@ def walk(
 ) -> Iterator[Entry]:
     """Entries below ``start``, as ``Walk`` yields them. The start folder is
     checked when the first entry is asked for; raises ToolExecutionError if
-    it is not a folder, WorkspaceEscapeError if it lies outside."""
+    it is not a folder, WorkspaceEscape if it lies outside."""
     with Walk(
         ws,
         start,
@@ -222,7 +222,7 @@ def open_start_folder(ws: WorkspaceFileAPI, start: str) -> int:
     """``ws.open_dir(start)`` with the listing tools' error messages."""
     try:
         return ws.open_dir(start)
-    except WorkspaceEscapeError:
+    except WorkspaceEscape:
         raise
     except WorkspacePathNotFound:
         raise ToolExecutionError(f"folder {start!r} does not exist") from None
@@ -246,7 +246,7 @@ def folder_rel(ws: WorkspaceFileAPI, fd: int, start: str) -> str:
     except OSError:
         real = str(ws.resolve(start))  # no /proc: the walk's own name for it
     if not ws.contains(real):
-        raise WorkspaceEscapeError(f"folder {start!r} is no longer inside the workspace")
+        raise WorkspaceEscape(f"folder {start!r} is no longer inside the workspace")
     return ws.relative(real)
 
 

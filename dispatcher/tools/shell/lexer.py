@@ -12,7 +12,7 @@ marked *dynamic*. Command substitutions, process substitutions, here-docs and
 here-strings keep their inner text so the rules can analyse it as a script.
 
 Anything the lexer cannot read with confidence (an unclosed quote or
-parenthesis) raises ShellSyntaxError: the caller refuses such a command
+parenthesis) raises ShellSyntaxInvalid: the caller refuses such a command
 rather than guess how the real shell would read it.
 """
 
@@ -36,7 +36,7 @@ _ANSI_ESCAPES = {
 _MAX_NESTING = 16
 
 
-class ShellSyntaxError(ValueError):
+class ShellSyntaxInvalid(ValueError):
     """The command cannot be read with confidence."""
 
 
@@ -109,7 +109,7 @@ class Script:
 class _Lexer:
     def __init__(self, src: str, variables: dict[str, str], depth: int) -> None:
         if depth > _MAX_NESTING:
-            raise ShellSyntaxError("substitutions are nested too deeply")
+            raise ShellSyntaxInvalid("substitutions are nested too deeply")
         self.src = src
         self.n = len(src)
         self.vars = variables
@@ -219,7 +219,7 @@ class _Lexer:
             elif c == "'":
                 close = src.find("'", i + 1)
                 if close == -1:
-                    raise ShellSyntaxError("a single quote is not closed")
+                    raise ShellSyntaxInvalid("a single quote is not closed")
                 self._start().append(src[i + 1 : close])
                 self.quoted = True
                 i = close + 1
@@ -234,7 +234,7 @@ class _Lexer:
                 i += 1
         self._end()
         if self.heredoc_waiting is not None:
-            raise ShellSyntaxError("a here-document has no delimiter")
+            raise ShellSyntaxInvalid("a here-document has no delimiter")
         self._flush_heredocs_at_eof()
         return self.tokens
 
@@ -301,7 +301,7 @@ class _Lexer:
             else:
                 parts.append(c)
                 i += 1
-        raise ShellSyntaxError("a double quote is not closed")
+        raise ShellSyntaxInvalid("a double quote is not closed")
 
     def _ansi_c(self, i: int) -> int:
         """``$'...'`` starting at the quote; returns the index after it."""
@@ -341,7 +341,7 @@ class _Lexer:
             else:
                 out.append(c)
                 i += 1
-        raise ShellSyntaxError("a $'...' string is not closed")
+        raise ShellSyntaxInvalid("a $'...' string is not closed")
 
     # -- expansions -------------------------------------------------------
 
@@ -351,7 +351,7 @@ class _Lexer:
         if src.startswith("$((", i):
             close = _matching_paren(src, i + 2)
             if not src.startswith(")", close + 1):
-                raise ShellSyntaxError("an arithmetic expansion is not closed")
+                raise ShellSyntaxInvalid("an arithmetic expansion is not closed")
             self._start()
             self.dynamic = True
             return close + 2
@@ -431,7 +431,7 @@ class _Lexer:
                 return j + 1
             inner.append(c)
             j += 1
-        raise ShellSyntaxError("a backquote is not closed")
+        raise ShellSyntaxInvalid("a backquote is not closed")
 
     def _substitution(self, inner: str, quoted: bool) -> None:
         self.subs.append(inner)
@@ -462,7 +462,7 @@ def _matching_paren(src: str, start: int) -> int:
         if c == "'":
             close = src.find("'", i + 1)
             if close == -1:
-                raise ShellSyntaxError("a single quote is not closed")
+                raise ShellSyntaxInvalid("a single quote is not closed")
             i = close + 1
             continue
         if c == '"':
@@ -471,7 +471,7 @@ def _matching_paren(src: str, start: int) -> int:
         if c == "`":
             close = src.find("`", i + 1)
             if close == -1:
-                raise ShellSyntaxError("a backquote is not closed")
+                raise ShellSyntaxInvalid("a backquote is not closed")
             i = close + 1
             continue
         if c == "(":
@@ -481,7 +481,7 @@ def _matching_paren(src: str, start: int) -> int:
             if depth == 0:
                 return i
         i += 1
-    raise ShellSyntaxError("a parenthesis is not closed")
+    raise ShellSyntaxInvalid("a parenthesis is not closed")
 
 
 def _matching_brace(src: str, start: int) -> int:
@@ -499,7 +499,7 @@ def _matching_brace(src: str, start: int) -> int:
             if depth == 0:
                 return i
         i += 1
-    raise ShellSyntaxError("a ${...} expansion is not closed")
+    raise ShellSyntaxInvalid("a ${...} expansion is not closed")
 
 
 def _skip_double(src: str, i: int) -> int:
@@ -514,7 +514,7 @@ def _skip_double(src: str, i: int) -> int:
             i = _matching_paren(src, i + 2) + 1
             continue
         i += 1
-    raise ShellSyntaxError("a double quote is not closed")
+    raise ShellSyntaxInvalid("a double quote is not closed")
 
 
 def substitutions_in_text(text: str) -> list[str]:
@@ -533,7 +533,7 @@ def substitutions_in_text(text: str) -> list[str]:
         if text.startswith("$(", i):
             try:
                 close = _matching_paren(text, i + 2)
-            except ShellSyntaxError:
+            except ShellSyntaxInvalid:
                 found.append(text[i + 2 :])
                 break
             found.append(text[i + 2 : close])
@@ -552,7 +552,7 @@ def _static_text(text: str, variables: dict[str, str], depth: int) -> str | None
     """``text`` as one word after expansion, or None if anything is dynamic."""
     try:
         tokens = _Lexer(text, variables, depth + 1).run()
-    except ShellSyntaxError:
+    except ShellSyntaxInvalid:
         return None
     words = [t for t in tokens if isinstance(t, Word)]
     if any(isinstance(t, Op) for t in tokens) or any(w.dynamic for w in words):
@@ -564,7 +564,7 @@ def _static_echo(inner: str, variables: dict[str, str], depth: int) -> str | Non
     """The fixed output of ``echo ...``/``printf ...`` (without a format), else None."""
     try:
         tokens = _Lexer(inner, variables, depth).run()
-    except ShellSyntaxError:
+    except ShellSyntaxInvalid:
         return None
     while tokens and isinstance(tokens[-1], Op) and tokens[-1].op in ("\n", ";"):
         tokens.pop()
@@ -585,7 +585,7 @@ def _static_echo(inner: str, variables: dict[str, str], depth: int) -> str | Non
 
 
 def tokenize(command: str, variables: dict[str, str] | None = None, depth: int = 0) -> list[Token]:
-    """The words and operators of ``command``; raises ShellSyntaxError."""
+    """The words and operators of ``command``; raises ShellSyntaxInvalid."""
     return _Lexer(command, {} if variables is None else variables, depth).run()
 
 
@@ -629,7 +629,7 @@ def parse(command: str, depth: int = 0, positional: list[str] | None = None) -> 
         elif tok.op in REDIRECT_OPS:
             target = tokens[i + 1] if i + 1 < len(tokens) else None
             if not isinstance(target, Word):
-                raise ShellSyntaxError(f"the redirection {tok.op!r} has no target")
+                raise ShellSyntaxInvalid(f"the redirection {tok.op!r} has no target")
             cmd.redirects.append(Redirect(tok.op, tok.fd, target, tok.heredoc))
             i += 1
         elif tok.op in ("|", "|&"):

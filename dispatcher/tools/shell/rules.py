@@ -61,7 +61,7 @@ from dispatcher.tool import CallRating
 from dispatcher.tools.shell.lexer import (
     Command,
     Pipeline,
-    ShellSyntaxError,
+    ShellSyntaxInvalid,
     Word,
     expand_braces,
     parse,
@@ -272,7 +272,7 @@ def analyze(
         for pipeline in script.pipelines:
             for index, cmd in enumerate(pipeline.commands):
                 result.merge(_analyze_command(cmd, pipeline, index, depth, where))
-    except ShellSyntaxError as exc:
+    except ShellSyntaxInvalid as exc:
         # Also raised from inside, e.g. by the string of `env -S '...'`.
         result.block(f"the command cannot be parsed with confidence ({exc})")
     return result
@@ -1089,7 +1089,7 @@ _BRANCH_VIEW_FLAGS = frozenset(
 __all__ = [
     "Analysis",
     "Part",
-    "ShellSyntaxError",
+    "ShellSyntaxInvalid",
     "Where",
     "analyze",
     "classify",

@@ -38,7 +38,7 @@ from dispatcher.errors import (
     ToolExecutionError,
     ToolPermissionDenied,
     ToolTimeout,
-    ToolValidationError,
+    ToolValidationFailed,
 )
 from dispatcher.process import ProcessResult, ProcessRunner
 from dispatcher.sandbox import Sandbox, SandboxUnavailable
@@ -189,7 +189,7 @@ class ShellTool(BaseTool):
         options = Options(name, context.options)
         command: str = input["command"]
         if not command.strip():
-            raise ToolValidationError("command must not be blank")
+            raise ToolValidationFailed("command must not be blank")
         # The analysis the call was rated and approved on; execute() must hold on
         # its own too, so without one (called directly) it analyses the command.
         prepared = context.prepared
@@ -295,14 +295,14 @@ def _environment(extra: Any, options: Options) -> dict[str, str]:
     if extra is None:
         return env
     if not isinstance(extra, Mapping):
-        raise ToolValidationError("env must be an object of string values")
+        raise ToolValidationFailed("env must be an object of string values")
     for key, value in extra.items():
         if not isinstance(value, str) or "\x00" in value:
-            raise ToolValidationError(f"env value for {key!r} must be a string without NUL")
+            raise ToolValidationFailed(f"env value for {key!r} must be a string without NUL")
         if not _ENV_NAME.match(key):
-            raise ToolValidationError(f"env name {key!r} is not a valid variable name")
+            raise ToolValidationFailed(f"env name {key!r} is not a valid variable name")
         if _FORBIDDEN_ENV.match(key):
-            raise ToolValidationError(
+            raise ToolValidationFailed(
                 f"env may not set {key}: it changes which program runs or injects code"
             )
         env[key] = value

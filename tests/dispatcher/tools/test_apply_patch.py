@@ -10,7 +10,7 @@ import pytest
 from dispatcher import (
     ToolExecutionError,
     ToolPermissionDenied,
-    WorkspaceEscapeError,
+    WorkspaceEscape,
     WorkspaceFileAPI,
 )
 from dispatcher.tools import ApplyPatchTool
@@ -159,7 +159,7 @@ async def test_diff_paths_are_confined(
         "--- a/ok.txt\n+++ b/ok.txt\n@@ -1 +1 @@\n-top secret\n+changed\n"
         f"--- {name}\n+++ {name}\n@@ -1 +1 @@\n-top secret\n+pwned\n"
     )
-    with pytest.raises(WorkspaceEscapeError):
+    with pytest.raises(WorkspaceEscape):
         await run_tool(ApplyPatchTool, {"patch": patch}, ws)
     assert (outside / "secret.txt").read_text() == "top secret\n"
     assert (root / "ok.txt").read_text() == "top secret\n"

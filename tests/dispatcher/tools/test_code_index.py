@@ -74,7 +74,8 @@ class Session:
         self.calls = 0
 
     async def call(self, tool: str, /, **input: Any) -> dict[str, Any]:
-        """The call's structured result (tool.completed's metadata)."""
+        """The call's structured result (tool.completed's ``structured``; {} for a
+        tool that gives none, such as write_file)."""
         self.calls += 1
         tool_use_id = f"tu_{self.calls}"
         block = ToolUseBlock(id=tool_use_id, name=tool, input=input)
@@ -84,8 +85,8 @@ class Session:
             e for e in self.events.events
             if e.type == "tool.completed" and e.data["tool_use_id"] == tool_use_id
         ]  # fmt: skip
-        metadata: dict[str, Any] = done[0].data["metadata"]
-        return metadata
+        structured: dict[str, Any] = done[0].data.get("structured", {})
+        return structured
 
     def progress(self) -> str:
         return "".join(
@@ -152,13 +153,13 @@ async def test_a_deleted_file_leaves_the_index(tmp_path: Path) -> None:
     (root / "b.py").write_text("from a import alpha\nalpha()\n")
     ws = WorkspaceFileAPI(root)
     try:
-        assert len((await run_tool(FindSymbolTool, {"name": "alpha"}, ws)).metadata[
+        assert len((await run_tool(FindSymbolTool, {"name": "alpha"}, ws)).data[
             "definitions"
         ]) == 1  # fmt: skip
         (root / "a.py").unlink()  # by anything (a shell command): the next query notices
-        assert (await run_tool(FindSymbolTool, {"name": "alpha"}, ws)).metadata["definitions"] == []
+        assert (await run_tool(FindSymbolTool, {"name": "alpha"}, ws)).data["definitions"] == []
         refs = await run_tool(FindReferencesTool, {"name": "alpha"}, ws)
-        assert [(r["file"], r["line"]) for r in refs.metadata["references"]] == [
+        assert [(r["file"], r["line"]) for r in refs.data["references"]] == [
             ("b.py", 1),
             ("b.py", 2),
         ]

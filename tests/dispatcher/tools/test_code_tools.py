@@ -45,12 +45,12 @@ def repo(tmp_path: Path) -> Iterator[WorkspaceFileAPI]:
 
 async def _defs(ws: WorkspaceFileAPI, name: str, **extra: Any) -> list[tuple[str, int, str]]:
     out = await run_tool(FindSymbolTool, {"name": name, **extra}, ws)
-    return [(d["file"], d["line"], d["kind"]) for d in out.metadata["definitions"]]
+    return [(d["file"], d["line"], d["kind"]) for d in out.data["definitions"]]
 
 
 async def _refs(ws: WorkspaceFileAPI, name: str, **extra: Any) -> list[tuple[str, int]]:
     out = await run_tool(FindReferencesTool, {"name": name, **extra}, ws)
-    return [(r["file"], r["line"]) for r in out.metadata["references"]]
+    return [(r["file"], r["line"]) for r in out.data["references"]]
 
 
 # name -> (definitions as (file, line, kind), references as (file, line)), from the fixture.
@@ -147,11 +147,11 @@ async def test_definitions_and_references_match_the_hand_checked_expectations(
 
 async def test_signatures_containers_and_filters(repo: WorkspaceFileAPI) -> None:
     out = await run_tool(FindSymbolTool, {"name": "Put"}, repo)
-    (put,) = out.metadata["definitions"]
+    (put,) = out.data["definitions"]
     assert put["signature"] == "func (s *Store) Put(key, value string)"
     assert put["container"] == "Store" and put["kind"] == "method"
     out = await run_tool(FindSymbolTool, {"name": "make_user"}, repo)
-    assert out.metadata["definitions"][0]["signature"] == "def make_user(name: str) -> User"
+    assert out.data["definitions"][0]["signature"] == "def make_user(name: str) -> User"
     assert await _defs(repo, "Item", kind="constructor") == [
         ("java/src/com/example/model/Item.java", 6, "constructor")
     ]
@@ -165,7 +165,7 @@ async def test_signatures_containers_and_filters(repo: WorkspaceFileAPI) -> None
 
 async def test_references_carry_their_context_lines(repo: WorkspaceFileAPI) -> None:
     out = await run_tool(FindReferencesTool, {"name": "NewStore", "context_lines": 1}, repo)
-    (ref,) = out.metadata["references"]
+    (ref,) = out.data["references"]
     assert ref["text"].strip() == "s := store.NewStore()"
     assert [line.strip() for line in ref["context"]] == [
         "func main() {",
@@ -219,7 +219,7 @@ async def test_list_symbols_outlines_one_file_per_language(repo: WorkspaceFileAP
     }  # fmt: skip
     for path, expected in outlines.items():
         out = await run_tool(ListSymbolsTool, {"path": path}, repo)
-        got = [(s["name"], s["kind"], s["line"], s["container"]) for s in out.metadata["symbols"]]
+        got = [(s["name"], s["kind"], s["line"], s["container"]) for s in out.data["symbols"]]
         assert got == expected, path
 
 
@@ -234,7 +234,7 @@ async def test_list_symbols_refuses_what_it_cannot_parse(repo: WorkspaceFileAPI)
 
 async def test_dependency_graph_resolves_imports_per_language(repo: WorkspaceFileAPI) -> None:
     out = await run_tool(DependencyGraphTool, {}, repo)
-    edges = {(e["from"], e["to"] or "external:" + e["module"]) for e in out.metadata["edges"]}
+    edges = {(e["from"], e["to"] or "external:" + e["module"]) for e in out.data["edges"]}
     assert edges == {
         ("python/main.py", "python/app/service.py"),
         ("python/app/service.py", "python/app/models.py"),
@@ -252,13 +252,13 @@ async def test_dependency_graph_resolves_imports_per_language(repo: WorkspaceFil
         {"path": "python/main.py", "depth": 2, "include_external": False},
         repo,
     )
-    assert [(e["from"], e["to"]) for e in internal.metadata["edges"]] == [
+    assert [(e["from"], e["to"]) for e in internal.data["edges"]] == [
         ("python/main.py", "python/app/service.py"),
         ("python/app/service.py", "python/app/models.py"),
     ]
     one = await run_tool(DependencyGraphTool, {"path": "python/main.py"}, repo)
-    assert len(one.metadata["edges"]) == 1
-    assert one.metadata["nodes"] == ["python/app/service.py", "python/main.py"]
+    assert len(one.data["edges"]) == 1
+    assert one.data["nodes"] == ["python/app/service.py", "python/main.py"]
 
 
 async def test_first_call_reports_indexing_progress(repo: WorkspaceFileAPI) -> None:
@@ -278,4 +278,4 @@ def test_definitions_are_read_only_and_in_the_schema_subset() -> None:
         assert definition.input_schema["additionalProperties"] is False
         expected = "none" if definition.name.startswith("memory_") else "read"
         assert definition.side_effects.value == expected, definition.name
-        assert isinstance(getattr(factory, "output_schema", None), dict)
+        assert isinstance(definition.output_schema, dict), definition.name

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from dispatcher.tools.files.textdiff import unified_file_diff
 from dispatcher.tools.patch.diff_apply import HunkFailed, apply_file_patch
 from dispatcher.tools.patch.diff_parse import (
-    PatchParseError,
+    PatchMalformed,
     parse_unified_diff,
     render_unified_diff,
 )
@@ -90,7 +90,7 @@ def test_no_newline_markers() -> None:
     ],
 )
 def test_parse_errors(text: str, message: str) -> None:
-    with pytest.raises(PatchParseError, match=message):
+    with pytest.raises(PatchMalformed, match=message):
         parse_unified_diff(text)
 
 

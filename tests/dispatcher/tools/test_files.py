@@ -10,7 +10,7 @@ import pytest
 from dispatcher import (
     ToolExecutionError,
     ToolPermissionDenied,
-    WorkspaceEscapeError,
+    WorkspaceEscape,
     WorkspaceFileAPI,
 )
 from dispatcher.tools import DeleteFileTool, ReadFileTool, WriteFileTool
@@ -114,7 +114,7 @@ async def test_read_non_utf8_file(root: Path, ws: WorkspaceFileAPI) -> None:
 @pytest.mark.parametrize("path", ["../outside/secret.txt", "/etc/hostname", "link/secret.txt"])
 async def test_read_escapes(root: Path, ws: WorkspaceFileAPI, outside: Path, path: str) -> None:
     (root / "link").symlink_to(outside)
-    with pytest.raises(WorkspaceEscapeError):
+    with pytest.raises(WorkspaceEscape):
         await run_tool(ReadFileTool, {"path": path}, ws)
 
 
@@ -181,7 +181,7 @@ async def test_write_refuses_git_internals(root: Path, ws: WorkspaceFileAPI) -> 
 @pytest.mark.parametrize("path", ["../evil.txt", "/tmp/evil-toolrelay.txt", "link/evil.txt"])
 async def test_write_escapes(root: Path, ws: WorkspaceFileAPI, outside: Path, path: str) -> None:
     (root / "link").symlink_to(outside)
-    with pytest.raises(WorkspaceEscapeError):
+    with pytest.raises(WorkspaceEscape):
         await run_tool(WriteFileTool, {"path": path, "content": "x"}, ws)
     assert not _exists(outside / "evil.txt")
     assert not _exists(Path("/tmp/evil-toolrelay.txt"))
@@ -230,7 +230,7 @@ async def test_delete_escapes(
     root: Path, ws_delete: WorkspaceFileAPI, outside: Path, path: str
 ) -> None:
     (root / "link").symlink_to(outside)
-    with pytest.raises(WorkspaceEscapeError):
+    with pytest.raises(WorkspaceEscape):
         await run_tool(DeleteFileTool, {"path": path}, ws_delete)
     assert (outside / "secret.txt").exists()
 

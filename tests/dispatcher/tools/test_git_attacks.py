@@ -278,7 +278,7 @@ async def hostile_calls(
             out = None
         assert not evil.ran, f"{name} ran a program: {evil.marker.read_text()}"
         if factory is GitStatusTool and out is not None:
-            paths = {e["path"] for e in out.metadata["entries"]}
+            paths = {e["path"] for e in out.data["entries"]}
             # The work tree is the workspace, whatever core.worktree says.
             assert "outside-only.txt" not in paths
             assert {"app.txt", "new.txt"} <= paths
@@ -468,20 +468,20 @@ async def test_tools_work_in_the_sandbox(
     (repo / "app.txt").write_text("two\n")
     (repo / "new.txt").write_text("new\n")
     status = await run(GitStatusTool, {})
-    assert {e["path"] for e in status.metadata["entries"]} == {"app.txt", "new.txt"}
+    assert {e["path"] for e in status.data["entries"]} == {"app.txt", "new.txt"}
     diff = await run(GitDiffTool, {})
     assert "-one\n+two\n" in text_of(diff)
     committed = await run(GitCommitTool, {"message": "in the sandbox", "all": True})
-    assert len(committed.metadata["commit"]) == 40
+    assert len(committed.data["sha"]) == 40
     log = await run(GitLogTool, {})
-    assert [c["subject"] for c in log.metadata["commits"]] == ["in the sandbox", "initial"]
+    assert [c["subject"] for c in log.data["commits"]] == ["in the sandbox", "initial"]
     await run(GitBranchTool, {"action": "create", "name": "topic"})
     switched = await run(GitBranchTool, {"action": "switch", "name": "other"})
-    assert switched.metadata["files_changed"] == ["app.txt", "new.txt"]
+    assert switched.data["files_changed"] == ["app.txt", "new.txt"]
     assert (repo / "app.txt").read_text() == "one\n"
     listed = await run(GitBranchTool, {})
-    assert [b["name"] for b in listed.metadata["branches"]] == ["main", "other", "topic"]
-    assert (await run(GitStatusTool, {})).metadata["clean"] is True
+    assert [b["name"] for b in listed.data["branches"]] == ["main", "other", "topic"]
+    assert (await run(GitStatusTool, {})).data["clean"] is True
 
 
 async def test_sandbox_hides_what_lies_outside(
@@ -494,12 +494,12 @@ async def test_sandbox_hides_what_lies_outside(
     leak.symlink_to(outside_repo / ".git" / "refs" / "heads" / "main")
     secret_sha = outside_head(outside_repo).strip()
     unsandboxed = await call(GitBranchTool, {}, ws)
-    assert any(secret_sha.startswith(b["commit"]) for b in unsandboxed.metadata["branches"])
+    assert any(secret_sha.startswith(b["commit"]) for b in unsandboxed.data["branches"])
     try:
         sandboxed = await call(GitBranchTool, {}, ws, sandbox)
     except ToolError:
         return  # refusing is fine too
-    names = [b["name"] for b in sandboxed.metadata["branches"]]
+    names = [b["name"] for b in sandboxed.data["branches"]]
     assert "leak" not in names and names == ["main", "other"]
 
 

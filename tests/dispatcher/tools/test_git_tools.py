@@ -9,8 +9,8 @@ import pytest
 from dispatcher import (
     ToolExecutionError,
     ToolPermissionDenied,
-    ToolValidationError,
-    WorkspaceEscapeError,
+    ToolValidationFailed,
+    WorkspaceEscape,
     WorkspaceFileAPI,
 )
 from dispatcher.tools import GitBranchTool, GitCommitTool, GitDiffTool, GitLogTool, GitStatusTool
@@ -55,8 +55,8 @@ async def test_repository_above_the_workspace_is_not_used(tmp_path: Path) -> Non
 
 async def test_status_structured(repo: Path, ws: WorkspaceFileAPI) -> None:
     clean = await run_tool(GitStatusTool, {}, ws)
-    assert clean.metadata["clean"] is True
-    assert clean.metadata["branch"]["head"] == "main"
+    assert clean.data["clean"] is True
+    assert clean.data["branch"]["head"] == "main"
     assert text_of(clean) == "branch: main\nworking tree clean"
     (repo / "app.py").write_text("x = 2\n")
     (repo / "new.txt").write_text("n\n")
@@ -64,7 +64,7 @@ async def test_status_structured(repo: Path, ws: WorkspaceFileAPI) -> None:
     git(repo, "add", "staged.txt")
     git(repo, "mv", "README.md", "README.rst")
     out = await run_tool(GitStatusTool, {}, ws)
-    entries = {e["path"]: e for e in out.metadata["entries"]}
+    entries = {e["path"]: e for e in out.data["entries"]}
     assert (
         entries["app.py"]["worktree"] == "modified" and entries["app.py"]["index"] == "unmodified"
     )
@@ -81,7 +81,7 @@ async def test_status_of_a_fresh_repository(root: Path, ws: WorkspaceFileAPI) ->
     git(root, "init", "-q", "-b", "trunk")
     (root / "a.txt").write_text("a")
     out = await run_tool(GitStatusTool, {}, ws)
-    assert out.metadata["branch"] == {
+    assert out.data["branch"] == {
         "head": "trunk",
         "oid": None,
         "upstream": None,
@@ -99,7 +99,7 @@ async def test_status_does_not_run_configured_programs(repo: Path, ws: Workspace
     hook.chmod(0o755)
     git(repo, "config", "core.fsmonitor", str(hook))
     out = await run_tool(GitStatusTool, {}, ws)
-    assert out.metadata["clean"] is True
+    assert out.data["clean"] is True
     assert not marker.exists()
 
 
@@ -107,11 +107,11 @@ async def test_diff_unstaged_staged_and_ref(repo: Path, ws: WorkspaceFileAPI) ->
     (repo / "app.py").write_text("x = 2\ny = 3\n")
     out = await run_tool(GitDiffTool, {}, ws)
     assert "-x = 1\n+x = 2\n+y = 3\n" in text_of(out)
-    assert out.metadata["files"] == [
+    assert out.data["files"] == [
         {"path": "app.py", "old_path": None, "added": 2, "removed": 1, "binary": False}
     ]
     staged = await run_tool(GitDiffTool, {"staged": True}, ws)
-    assert text_of(staged) == "(no changes)" and staged.metadata["files"] == []
+    assert text_of(staged) == "(no changes)" and staged.data["files"] == []
     git(repo, "add", "app.py")
     staged = await run_tool(GitDiffTool, {"staged": True}, ws)
     assert "+y = 3" in text_of(staged)
@@ -127,7 +127,7 @@ async def test_diff_binary_and_rename(repo: Path, ws: WorkspaceFileAPI) -> None:
     git(repo, "add", "img.bin")
     git(repo, "mv", "app.py", "main.py")
     out = await run_tool(GitDiffTool, {"staged": True}, ws)
-    files = {f["path"]: f for f in out.metadata["files"]}
+    files = {f["path"]: f for f in out.data["files"]}
     assert files["img.bin"]["binary"] is True
     assert files["main.py"]["old_path"] == "app.py"
 
@@ -137,14 +137,14 @@ async def test_diff_output_is_capped(repo: Path, ws: WorkspaceFileAPI) -> None:
     out = await run_tool(GitDiffTool, {}, ws, options={"max_output_bytes": 4096})
     assert out.metadata["truncated"] is True
     assert "bytes omitted" in text_of(out)
-    assert out.metadata["files"][0]["added"] == 20_000
+    assert out.data["files"][0]["added"] == 20_000
 
 
 @pytest.mark.parametrize("ref", ["--output=/tmp/pwned", "-p", "HEAD\nmain", "a b"])
 async def test_refs_cannot_be_options(repo: Path, ws: WorkspaceFileAPI, ref: str) -> None:
-    with pytest.raises(ToolValidationError):
+    with pytest.raises(ToolValidationFailed):
         await run_tool(GitDiffTool, {"ref": ref}, ws)
-    with pytest.raises(ToolValidationError):
+    with pytest.raises(ToolValidationFailed):
         await run_tool(GitLogTool, {"ref": ref}, ws)
     assert not _exists(Path("/tmp/pwned"))
 
@@ -159,11 +159,11 @@ async def test_paths_are_confined(
     repo: Path, ws: WorkspaceFileAPI, outside: Path, path: str
 ) -> None:
     (repo / "link").symlink_to(outside)
-    with pytest.raises(WorkspaceEscapeError):
+    with pytest.raises(WorkspaceEscape):
         await run_tool(GitDiffTool, {"path": path}, ws)
-    with pytest.raises(WorkspaceEscapeError):
+    with pytest.raises(WorkspaceEscape):
         await run_tool(GitLogTool, {"path": path}, ws)
-    with pytest.raises(WorkspaceEscapeError):
+    with pytest.raises(WorkspaceEscape):
         await run_tool(GitCommitTool, {"message": "m", "paths": [path]}, ws)
 
 
@@ -173,20 +173,20 @@ async def test_log(repo: Path, ws: WorkspaceFileAPI) -> None:
     (repo / "README.md").write_text("# Changed\n")
     git(repo, "commit", "-q", "-am", "docs")
     out = await run_tool(GitLogTool, {}, ws)
-    commits = out.metadata["commits"]
+    commits = out.data["commits"]
     assert [c["subject"] for c in commits] == ["docs", "change x", "initial commit"]
     assert commits[1]["body"] == "With a body line."
     assert len(commits[0]["sha"]) == 40 and commits[0]["parents"] == [commits[1]["sha"]]
     only = await run_tool(GitLogTool, {"path": "app.py", "max_count": 5}, ws)
-    assert [c["subject"] for c in only.metadata["commits"]] == ["change x", "initial commit"]
+    assert [c["subject"] for c in only.data["commits"]] == ["change x", "initial commit"]
     one = await run_tool(GitLogTool, {"max_count": 1, "ref": "HEAD~1"}, ws)
-    assert [c["subject"] for c in one.metadata["commits"]] == ["change x"]
+    assert [c["subject"] for c in one.data["commits"]] == ["change x"]
 
 
 async def test_log_of_empty_repository(root: Path, ws: WorkspaceFileAPI) -> None:
     git(root, "init", "-q")
     out = await run_tool(GitLogTool, {}, ws)
-    assert out.metadata["commits"] == [] and text_of(out) == "(no commits yet)"
+    assert out.data["commits"] == [] and text_of(out) == "(no commits yet)"
 
 
 async def test_commit_paths_all_and_nothing(repo: Path, ws: WorkspaceFileAPI) -> None:
@@ -195,11 +195,11 @@ async def test_commit_paths_all_and_nothing(repo: Path, ws: WorkspaceFileAPI) ->
     (repo / "app.py").write_text("x = 3\n")
     (repo / "other.txt").write_text("o\n")
     out = await run_tool(GitCommitTool, {"message": "only app", "paths": ["app.py"]}, ws)
-    assert out.metadata["files"] == [{"status": "M", "path": "app.py"}]
-    assert out.metadata["branch"] == "main" and len(out.metadata["commit"]) == 40
+    assert out.data["files"] == [{"status": "M", "path": "app.py"}]
+    assert out.data["branch"] == "main" and len(out.data["sha"]) == 40
     assert git(repo, "log", "-1", "--format=%s").strip() == "only app"
     everything = await run_tool(GitCommitTool, {"message": "rest", "all": True}, ws)
-    assert everything.metadata["files"] == [{"status": "A", "path": "other.txt"}]
+    assert everything.data["files"] == [{"status": "A", "path": "other.txt"}]
     assert git(repo, "status", "--porcelain") == ""
 
 
@@ -243,22 +243,22 @@ async def test_commit_refuses_git_internals(repo: Path, ws: WorkspaceFileAPI) ->
 
 async def test_branches(repo: Path, ws: WorkspaceFileAPI) -> None:
     listed = await run_tool(GitBranchTool, {}, ws)
-    assert [b["name"] for b in listed.metadata["branches"]] == ["main"]
-    assert listed.metadata["branches"][0]["current"] is True
+    assert [b["name"] for b in listed.data["branches"]] == ["main"]
+    assert listed.data["branches"][0]["current"] is True
     await run_tool(GitBranchTool, {"action": "create", "name": "feature/x"}, ws)
     switched = await run_tool(GitBranchTool, {"action": "switch", "name": "feature/x"}, ws)
-    assert switched.metadata["files_changed"] == []
+    assert switched.data["files_changed"] == []
     (repo / "app.py").write_text("x = 100\n")
     git(repo, "commit", "-q", "-am", "on feature")
     back = await run_tool(GitBranchTool, {"action": "switch", "name": "main"}, ws)
-    assert back.metadata["files_changed"] == ["app.py"]
+    assert back.data["files_changed"] == ["app.py"]
     assert back.files_modified == ["app.py"]
     assert (repo / "app.py").read_text() == "x = 1\n"
     with pytest.raises(ToolExecutionError, match=r"git branch failed: error: .*not fully merged"):
         await run_tool(GitBranchTool, {"action": "delete", "name": "feature/x"}, ws)
     await run_tool(GitBranchTool, {"action": "create", "name": "old", "start_point": "HEAD"}, ws)
     await run_tool(GitBranchTool, {"action": "delete", "name": "old"}, ws)
-    names = [b["name"] for b in (await run_tool(GitBranchTool, {}, ws)).metadata["branches"]]
+    names = [b["name"] for b in (await run_tool(GitBranchTool, {}, ws)).data["branches"]]
     assert names == ["feature/x", "main"]
 
 
@@ -274,7 +274,7 @@ async def test_branches(repo: Path, ws: WorkspaceFileAPI) -> None:
 async def test_branch_bad_input(
     repo: Path, ws: WorkspaceFileAPI, args: dict[str, str], message: str
 ) -> None:
-    with pytest.raises(ToolValidationError, match=message):
+    with pytest.raises(ToolValidationFailed, match=message):
         await run_tool(GitBranchTool, args, ws)
 
 

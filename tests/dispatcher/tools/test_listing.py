@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from dispatcher import (
     ToolCancelled,
     ToolExecutionError,
-    ToolValidationError,
-    WorkspaceEscapeError,
+    ToolValidationFailed,
+    WorkspaceEscape,
     WorkspaceFileAPI,
 )
 from dispatcher.tools import FindFilesTool, ListDirTool
@@ -35,7 +35,8 @@ async def test_list_top_level(root: Path, ws: WorkspaceFileAPI) -> None:
     _touch(root, "b.txt", "a.txt", "src/main.py")
     out = await run_tool(ListDirTool, {}, ws)
     assert text_of(out).splitlines() == ["a.txt", "b.txt", "src/"]
-    assert out.metadata["entries"][2] == {"path": "src", "type": "dir"}
+    assert out.data["entries"][0] == {"path": "a.txt", "name": "a.txt", "type": "file", "size": 6}
+    assert out.data["entries"][2] == {"path": "src", "name": "src", "type": "dir"}
 
 
 async def test_list_recursive_with_pattern(root: Path, ws: WorkspaceFileAPI) -> None:
@@ -97,7 +98,7 @@ async def test_list_errors(root: Path, ws: WorkspaceFileAPI) -> None:
 @pytest.mark.parametrize("path", ["..", "../outside", "/etc", "link"])
 async def test_list_escapes(root: Path, ws: WorkspaceFileAPI, outside: Path, path: str) -> None:
     (root / "link").symlink_to(outside)
-    with pytest.raises(WorkspaceEscapeError):
+    with pytest.raises(WorkspaceEscape):
         await run_tool(ListDirTool, {"path": path}, ws)
 
 
@@ -113,7 +114,7 @@ async def test_symlinks_are_listed_but_never_followed_out(
     listed = text_of(out).splitlines()
     assert "out_link" not in listed and "out_file" not in listed
     assert listed == ["in_link", "loop", "real/", "real/x.txt"]
-    kinds = {e["path"]: e["type"] for e in out.metadata["entries"]}
+    kinds = {e["path"]: e["type"] for e in out.data["entries"]}
     assert kinds["in_link"] == "symlink"
 
 
@@ -127,11 +128,11 @@ async def test_list_cancelled(root: Path, ws: WorkspaceFileAPI) -> None:
 async def test_find_files(root: Path, ws: WorkspaceFileAPI) -> None:
     _touch(root, "conftest.py", "tests/conftest.py", "tests/test_a.py", "a.yaml", "cfg/b.yaml")
     out = await run_tool(FindFilesTool, {"pattern": "conftest.py"}, ws)
-    assert out.metadata["files"] == ["conftest.py", "tests/conftest.py"]
+    assert out.data["files"] == ["conftest.py", "tests/conftest.py"]
     out = await run_tool(FindFilesTool, {"pattern": "*.yaml", "recursive": False}, ws)
-    assert out.metadata["files"] == ["a.yaml"]
+    assert out.data["files"] == ["a.yaml"]
     out = await run_tool(FindFilesTool, {"pattern": "test_*.py", "path": "tests"}, ws)
-    assert out.metadata["files"] == ["tests/test_a.py"]
+    assert out.data["files"] == ["tests/test_a.py"]
     out = await run_tool(FindFilesTool, {"pattern": "*.yaml", "max_results": 1}, ws)
     assert out.metadata["truncated"] is True
     out = await run_tool(FindFilesTool, {"pattern": "*.none"}, ws)
@@ -141,7 +142,7 @@ async def test_find_files(root: Path, ws: WorkspaceFileAPI) -> None:
 @pytest.mark.parametrize("path", ["..", "/", "link"])
 async def test_find_escapes(root: Path, ws: WorkspaceFileAPI, outside: Path, path: str) -> None:
     (root / "link").symlink_to(outside)
-    with pytest.raises(WorkspaceEscapeError):
+    with pytest.raises(WorkspaceEscape):
         await run_tool(FindFilesTool, {"pattern": "*", "path": path}, ws)
 
 
@@ -191,14 +192,14 @@ def test_user_globs_take_braces(pattern: str, path: str, expected: bool) -> None
 
 
 def test_brace_explosion_is_refused() -> None:
-    with pytest.raises(ToolValidationError, match="expands to more than"):
+    with pytest.raises(ToolValidationFailed, match="expands to more than"):
         name_or_path_match("{a,b}" * 9, "x")
 
 
 async def test_find_files_with_braces(root: Path, ws: WorkspaceFileAPI) -> None:
     _touch(root, "web/app.ts", "web/view.tsx", "web/style.css")
     out = await run_tool(FindFilesTool, {"pattern": "*.{ts,tsx}"}, ws)
-    assert out.metadata["files"] == ["web/app.ts", "web/view.tsx"]
+    assert out.data["files"] == ["web/app.ts", "web/view.tsx"]
 
 
 # -- the .gitignore matcher agrees with git ----------------------------------------

@@ -3,7 +3,7 @@ consolidate, delete; scoping by workspace and owner; events; persistence."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from dispatcher.tools.knowledge.store import (
     fts_query,
     jaccard,
 )
+from protocol.payloads import Payload
 from tests.dispatcher.tools.support import run_tool, text_of
 
 Events = list[tuple[str, dict[str, Any], str | None]]
@@ -48,8 +49,10 @@ class Session:
         self.events: Events = []
         self.scope = MemoryScope(store, ws.workspace_root, owner, sid, self._publish)
 
-    def _publish(self, type: str, data: Mapping[str, Any], turn_id: str | None) -> None:
-        self.events.append((type, dict(data), turn_id))
+    def _publish(self, payload: Payload, turn_id: str | None) -> None:
+        # Recorded as clients read it: the keys the publisher set.
+        data = payload.model_dump(mode="json", exclude_unset=True)
+        self.events.append((str(payload.event_type), data, turn_id))
 
     async def call(self, factory: Any, **input: Any) -> Any:
         options = {"memory": self.scope}
@@ -65,26 +68,26 @@ async def test_add_search_replace_delete(store: MemoryStore, ws: WorkspaceFileAP
     s = Session(store, ws, "alice", "sess_1")
     added = await s.call(MemoryAddTool, content="Tests run with `pytest -q` from the repo root",
                          tags=["testing"])  # fmt: skip
-    mid = added.metadata["id"]
+    mid = added.data["id"]
     assert mid.startswith("mem_") and mid in text_of(added)
     await s.call(MemoryAddTool, content="The database migrations live in db/migrations")
     await s.call(MemoryAddTool, content="Deploys happen on Fridays; tests must pass first")
 
     found = await s.call(MemorySearchTool, query="how to run tests")
-    ids = [r["id"] for r in found.metadata["results"]]
+    ids = [r["id"] for r in found.data["results"]]
     assert ids[0] == mid  # two matching words (porter: run/tests) rank above one
     assert len(ids) == 2  # the migrations note matches no word
-    scores = [r["score"] for r in found.metadata["results"]]
+    scores = [r["score"] for r in found.data["results"]]
     assert scores == sorted(scores, reverse=True)
 
     await s.call(MemoryReplaceTool, id=mid, content="Tests run with `make test` (wraps pytest)")
     found = await s.call(MemorySearchTool, query="make")
-    assert [r["id"] for r in found.metadata["results"]] == [mid]
-    assert found.metadata["results"][0]["tags"] == ["testing"]  # kept when not given
-    assert (await s.call(MemorySearchTool, query="-q")).metadata["results"] == []  # "q" is gone
+    assert [r["id"] for r in found.data["results"]] == [mid]
+    assert found.data["results"][0]["tags"] == ["testing"]  # kept when not given
+    assert (await s.call(MemorySearchTool, query="-q")).data["results"] == []  # "q" is gone
 
     await s.call(MemoryDeleteTool, id=mid)
-    assert (await s.call(MemorySearchTool, query="make")).metadata["results"] == []
+    assert (await s.call(MemorySearchTool, query="make")).data["results"] == []
     with pytest.raises(ToolError, match="no memory"):
         await s.call(MemoryDeleteTool, id=mid)
 
@@ -101,7 +104,7 @@ async def test_search_input_is_never_fts_syntax(store: MemoryStore, ws: Workspac
     await s.call(MemoryAddTool, content="NEAR AND OR NOT are words here")
     for query in ['"', "NEAR(", "content:x", "a OR", "*", "(((", "-"]:
         out = await s.call(MemorySearchTool, query=query)
-        assert isinstance(out.metadata["results"], list)
+        assert isinstance(out.data["results"], list)
     assert fts_query("  ") is None
     assert fts_query('say "hi"') == '"say" OR "hi"'
 
@@ -114,18 +117,14 @@ async def test_scoped_to_the_workspace_and_the_owner(
     alice = Session(store, ws, "alice", "sess_a")
     bob_same_ws = Session(store, ws, "bob", "sess_b")
     alice_other_ws = Session(store, WorkspaceFileAPI(other_root), "alice", "sess_c")
-    mid = (await alice.call(MemoryAddTool, content="the secret build flag is FAST=1")).metadata[
-        "id"
-    ]
+    mid = (await alice.call(MemoryAddTool, content="the secret build flag is FAST=1")).data["id"]
     for stranger in (bob_same_ws, alice_other_ws):
-        assert (await stranger.call(MemorySearchTool, query="secret flag")).metadata[
-            "results"
-        ] == []
+        assert (await stranger.call(MemorySearchTool, query="secret flag")).data["results"] == []
         with pytest.raises(ToolError, match="no memory"):
             await stranger.call(MemoryReplaceTool, id=mid, content="hijacked")
         with pytest.raises(ToolError, match="no memory"):
             await stranger.call(MemoryDeleteTool, id=mid)
-        assert (await stranger.call(MemoryConsolidateTool)).metadata["merges"] == []
+        assert (await stranger.call(MemoryConsolidateTool)).data["merges"] == []
     assert store.get(mid).content == "the secret build flag is FAST=1"
     assert [m.id for m in store.memories(owner="alice")] == [mid]
     assert store.memories(owner="bob") == []
@@ -138,7 +137,7 @@ async def test_consolidate_merges_duplicates_and_near_duplicates(
 
     async def add(content: str, *tags: str) -> str:
         out = await s.call(MemoryAddTool, content=content, tags=list(tags))
-        mid: str = out.metadata["id"]
+        mid: str = out.data["id"]
         return mid
 
     a = await add("Use ruff for linting.", "style")
@@ -149,11 +148,9 @@ async def test_consolidate_merges_duplicates_and_near_duplicates(
     d = await add("The API server listens on port 8765 by default and serves the dashboard too")
     e = await add("Releases are tagged from main")
     out = await s.call(MemoryConsolidateTool)
-    merges = {
-        (m["kept"]["id"], tuple(m["merged_ids"]), m["reason"]) for m in out.metadata["merges"]
-    }
+    merges = {(m["kept"]["id"], tuple(m["merged_ids"]), m["reason"]) for m in out.data["merges"]}
     assert merges == {(a, (b,), "identical"), (c, (d,), "near_duplicate")}
-    assert out.metadata["removed"] == 2
+    assert out.data["removed"] == 2
     kept_a = store.get(a)
     assert kept_a.tags == ("style", "tools")
     assert store.get(c).content.endswith("dashboard too")  # the longer text wins
@@ -162,7 +159,7 @@ async def test_consolidate_merges_duplicates_and_near_duplicates(
     assert event["removed"] == 2 and len(event["merges"]) == 2
     # Nothing left to merge: no second event.
     again = await s.call(MemoryConsolidateTool)
-    assert again.metadata["merges"] == [] and "nothing to merge" in text_of(again)
+    assert again.data["merges"] == [] and "nothing to merge" in text_of(again)
     assert [t for t, _, _ in s.events].count("memory.consolidated") == 1
     assert jaccard("a b c d e", "a b c d f") < 0.8 <= jaccard("a b c d e", "a b c d e")
 
@@ -171,13 +168,13 @@ async def test_memories_survive_reopening_the_store(tmp_path: Path, ws: Workspac
     path = tmp_path / "mem.sqlite3"
     first = MemoryStore.open(path)
     s1 = Session(first, ws, "alice", "sess_1")
-    mid = (await s1.call(MemoryAddTool, content="Prefer pathlib over os.path")).metadata["id"]
+    mid = (await s1.call(MemoryAddTool, content="Prefer pathlib over os.path")).data["id"]
     first.close()
     second = MemoryStore.open(path)
     try:
         s2 = Session(second, ws, "alice", "sess_2")
         found = await s2.call(MemorySearchTool, query="pathlib")
-        assert [r["id"] for r in found.metadata["results"]] == [mid]
+        assert [r["id"] for r in found.data["results"]] == [mid]
     finally:
         second.close()
 

@@ -31,7 +31,7 @@ async def test_best_passages_first_with_file_lines_and_heading(root: Path) -> No
     _docs(root)
     ws = WorkspaceFileAPI(root)
     out = await run_tool(RetrieveDocTool, {"query": "how to roll back a deployment"}, ws)
-    passages = out.metadata["passages"]
+    passages = out.data["passages"]
     first = passages[0]
     assert (first["file"], first["heading"]) == ("docs/deploy.md", "Rollback")
     assert (first["start_line"], first["end_line"]) == (10, 12)
@@ -41,9 +41,9 @@ async def test_best_passages_first_with_file_lines_and_heading(root: Path) -> No
     assert out.metadata["files_searched"] == 3
     assert "docs/deploy.md:10-12 (Rollback)" in text_of(out)
     config = await run_tool(RetrieveDocTool, {"query": "configure the port", "limit": 1}, ws)
-    assert [p["heading"] for p in config.metadata["passages"]] == ["Configuration"]
+    assert [p["heading"] for p in config.data["passages"]] == ["Configuration"]
     none = await run_tool(RetrieveDocTool, {"query": "kubernetes"}, ws)
-    assert none.metadata["passages"] == [] and "no passage" in text_of(none)
+    assert none.data["passages"] == [] and "no passage" in text_of(none)
 
 
 def test_sections_split_at_headings_but_not_inside_fences() -> None:

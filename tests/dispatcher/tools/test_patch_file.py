@@ -11,7 +11,7 @@ from dispatcher import (
     ToolError,
     ToolExecutionError,
     ToolPermissionDenied,
-    WorkspaceEscapeError,
+    WorkspaceEscape,
     WorkspaceFileAPI,
 )
 from dispatcher.tools import PatchFileTool
@@ -87,7 +87,7 @@ async def test_unicode_and_large_file(root: Path, ws: WorkspaceFileAPI) -> None:
 @pytest.mark.parametrize("path", ["../outside/secret.txt", "/etc/hostname", "link/secret.txt"])
 async def test_escapes(root: Path, ws: WorkspaceFileAPI, outside: Path, path: str) -> None:
     (root / "link").symlink_to(outside)
-    with pytest.raises(WorkspaceEscapeError):
+    with pytest.raises(WorkspaceEscape):
         await run_tool(PatchFileTool, {"path": path, "old_str": "top", "new_str": "x"}, ws)
     assert (outside / "secret.txt").read_text() == "top secret\n"
 

@@ -11,8 +11,8 @@ import pytest
 from dispatcher import (
     ToolCancelled,
     ToolExecutionError,
-    ToolValidationError,
-    WorkspaceEscapeError,
+    ToolValidationFailed,
+    WorkspaceEscape,
     WorkspaceFileAPI,
 )
 from dispatcher.tools import GrepTool, SearchCodeTool
@@ -31,7 +31,7 @@ async def test_regex_with_context(root: Path, ws: WorkspaceFileAPI) -> None:
         ws,
     )
     assert out.metadata["count"] == 1
-    match = out.metadata["matches"][0]
+    match = out.data["matches"][0]
     assert (match["path"], match["line"], match["column"]) == ("a.py", 3, 1)
     assert match["before"] == [""] and match["after"] == ["    return p"]
     assert text_of(out) == "a.py-2-\na.py:3:def validate_path(p):\na.py-4-    return p"
@@ -44,14 +44,14 @@ async def test_case_limit_and_separators(root: Path, ws: WorkspaceFileAPI) -> No
         {"pattern": "item 1", "case_sensitive": False, "max_results": 5, "context_lines": 0},
         ws,
     )
-    assert [m["line"] for m in out.metadata["matches"]] == [2, 11, 12, 13, 14]
+    assert [m["line"] for m in out.data["matches"]] == [2, 11, 12, 13, 14]
     assert out.metadata["truncated"] is True
     assert "\n--\n" in text_of(out)
     assert "[truncated: only the first 5 matches are shown]" in text_of(out)
 
 
 async def test_invalid_regex(ws: WorkspaceFileAPI) -> None:
-    with pytest.raises(ToolValidationError, match="not a valid Python regex"):
+    with pytest.raises(ToolValidationFailed, match="not a valid Python regex"):
         await run_tool(SearchCodeTool, {"pattern": "(unclosed"}, ws)
 
 
@@ -70,7 +70,7 @@ async def test_catastrophic_pattern_is_stopped_per_file(root: Path, ws: Workspac
     )
     assert out.metadata["slow_files"] == ["evil0.txt", "evil1.txt"]
     assert out.metadata["stopped_early"] is True
-    assert [m["path"] for m in out.metadata["matches"]] == ["0_fine.txt"]
+    assert [m["path"] for m in out.data["matches"]] == ["0_fine.txt"]
     assert "exceeded the per-file time budget" in text_of(out)
 
 
@@ -82,7 +82,7 @@ async def test_slow_file_is_skipped_and_search_continues(root: Path, ws: Workspa
     )
     assert out.metadata["slow_files"] == ["a.txt"]
     assert out.metadata["stopped_early"] is False
-    assert [m["path"] for m in out.metadata["matches"]] == ["b.txt"]
+    assert [m["path"] for m in out.data["matches"]] == ["b.txt"]
 
 
 async def test_size_budget_binary_and_non_utf8(root: Path, ws: WorkspaceFileAPI) -> None:
@@ -93,8 +93,8 @@ async def test_size_budget_binary_and_non_utf8(root: Path, ws: WorkspaceFileAPI)
         SearchCodeTool, {"pattern": "needle"}, ws, options={"max_file_bytes": 1000}
     )
     assert out.metadata["skipped_files"] == {"big.txt": "larger than 1000 bytes"}
-    assert [m["path"] for m in out.metadata["matches"]] == ["latin.txt"]
-    assert out.metadata["matches"][0]["text"] == "caf\ufffd needle"
+    assert [m["path"] for m in out.data["matches"]] == ["latin.txt"]
+    assert out.data["matches"][0]["text"] == "caf\ufffd needle"
 
 
 async def test_large_tree(root: Path, ws: WorkspaceFileAPI) -> None:
@@ -107,14 +107,14 @@ async def test_large_tree(root: Path, ws: WorkspaceFileAPI) -> None:
         SearchCodeTool, {"pattern": r"return 9009$", "max_results": 1000, "context_lines": 0}, ws
     )
     assert out.metadata["files_searched"] == 1000
-    assert {m["path"] for m in out.metadata["matches"]} == {"pkg9/m9.py"}
+    assert {m["path"] for m in out.data["matches"]} == {"pkg9/m9.py"}
     assert out.metadata["count"] == 20
 
 
 @pytest.mark.parametrize("path", ["..", "/etc", "link"])
 async def test_search_escapes(root: Path, ws: WorkspaceFileAPI, outside: Path, path: str) -> None:
     (root / "link").symlink_to(outside)
-    with pytest.raises(WorkspaceEscapeError):
+    with pytest.raises(WorkspaceEscape):
         await run_tool(SearchCodeTool, {"pattern": "secret", "path": path}, ws)
 
 
@@ -168,7 +168,7 @@ async def test_python_re_syntax_and_brace_globs(root: Path, ws: WorkspaceFileAPI
         {"pattern": r"(?P<kw>const)\s+(?P=kw)?\w+ = \d", "file_pattern": "*.{ts,tsx}"},
         ws,
     )
-    assert [m["path"] for m in out.metadata["matches"]] == ["a.ts", "b.tsx"]
+    assert [m["path"] for m in out.data["matches"]] == ["a.ts", "b.tsx"]
 
 
 # -- grep: every backend gives the same answer ------------------------------------
@@ -230,24 +230,24 @@ async def test_backends_agree(corpus: Path, ws: WorkspaceFileAPI, query: dict[st
         _available(backend)
         out = await run_tool(GrepTool, dict(query), ws, options={"backend": backend})
         assert out.metadata["backend"] == backend
-        answers[backend] = (text_of(out), out.metadata["matches"], out.metadata["truncated"])
+        answers[backend] = (text_of(out), out.data["matches"], out.metadata["truncated"])
     assert answers["python"] == answers["grep"] == answers["rg"]
 
 
 async def test_grep_results(corpus: Path, ws: WorkspaceFileAPI) -> None:
     out = await run_tool(GrepTool, {"pattern": "needle"}, ws, options={"backend": "python"})
-    found = [(m["path"], m["line"]) for m in out.metadata["matches"]]
+    found = [(m["path"], m["line"]) for m in out.data["matches"]]
     assert ("docs/readme.md", 1) in found and ("latin1.txt", 1) in found
     assert ("late_nul.txt", 2) in found  # a NUL after the first 8 KiB is still text
     assert not any(p in ("binary.bin", "ignored.log", "build/out.txt") for p, _ in found)
-    crlf = next(m for m in out.metadata["matches"] if m["path"] == "docs/readme.md")
+    crlf = next(m for m in out.data["matches"] if m["path"] == "docs/readme.md")
     assert crlf["text"] == "The needle is here."
-    latin = next(m for m in out.metadata["matches"] if m["path"] == "latin1.txt")
+    latin = next(m for m in out.data["matches"] if m["path"] == "latin1.txt")
     assert latin["text"] == "caf\ufffd needle"
     insensitive = await run_tool(
         GrepTool, {"pattern": "ÉCOLE", "case_sensitive": False}, ws, options={"backend": "python"}
     )
-    assert [m["line"] for m in insensitive.metadata["matches"]] == [1, 2]
+    assert [m["line"] for m in insensitive.data["matches"]] == [1, 2]
 
 
 async def test_grep_auto_prefers_ripgrep(corpus: Path, ws: WorkspaceFileAPI) -> None:
@@ -269,7 +269,7 @@ async def test_grep_forced_backend_missing(
 
 
 async def test_grep_bad_input(corpus: Path, ws: WorkspaceFileAPI) -> None:
-    with pytest.raises(ToolValidationError, match="single line"):
+    with pytest.raises(ToolValidationFailed, match="single line"):
         await run_tool(GrepTool, {"pattern": "a\nb"}, ws)
     with pytest.raises(ToolExecutionError, match="option 'backend' of grep must be one of"):
         await run_tool(GrepTool, {"pattern": "a"}, ws, options={"backend": "ack"})
@@ -278,7 +278,7 @@ async def test_grep_bad_input(corpus: Path, ws: WorkspaceFileAPI) -> None:
 @pytest.mark.parametrize("path", ["..", "/etc", "link"])
 async def test_grep_escapes(root: Path, ws: WorkspaceFileAPI, outside: Path, path: str) -> None:
     (root / "link").symlink_to(outside)
-    with pytest.raises(WorkspaceEscapeError):
+    with pytest.raises(WorkspaceEscape):
         await run_tool(GrepTool, {"pattern": "secret", "path": path}, ws)
 
 
@@ -298,4 +298,4 @@ async def test_grep_many_files_and_long_names(
         GrepTool, {"pattern": "hit", "max_results": 5000}, ws, options={"backend": backend}
     )
     assert out.metadata["count"] == 12
-    assert [m["path"][-9:] for m in out.metadata["matches"]][:2] == ["00000.txt", "00100.txt"]
+    assert [m["path"][-9:] for m in out.data["matches"]][:2] == ["00000.txt", "00100.txt"]

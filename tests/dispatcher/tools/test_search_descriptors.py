@@ -134,7 +134,7 @@ async def test_external_backends_name_files_by_workspace_path(
         if shutil.which(backend) is None:
             continue
         out = await run_tool(GrepTool, {"pattern": "needle"}, ws, options={"backend": backend})
-        assert [m["path"] for m in out.metadata["matches"]] == ["f.txt", "sub/inner.txt"]
+        assert [m["path"] for m in out.data["matches"]] == ["f.txt", "sub/inner.txt"]
         assert "/proc/" not in text_of(out)
 
 
@@ -160,7 +160,7 @@ async def test_search_code_finds_with_and_without_a_sandbox(
 ) -> None:
     sandbox = _sandbox(ws) if sandboxed else None
     out = await SearchCodeTool().execute({"pattern": r"need\w+"}, _context(ws, sandbox))
-    assert [(m["path"], m["line"]) for m in out.metadata["matches"]] == [
+    assert [(m["path"], m["line"]) for m in out.data["matches"]] == [
         ("f.txt", 1),
         ("sub/inner.txt", 1),
     ]
@@ -177,8 +177,8 @@ async def test_grep_in_the_sandbox_matches_grep_outside(
         {"pattern": "needle"}, _context(ws, sandbox, {"backend": backend})
     )
     outside = await run_tool(GrepTool, {"pattern": "needle"}, ws, options={"backend": backend})
-    assert inside.metadata["matches"] == outside.metadata["matches"]
-    assert len(inside.metadata["matches"]) == 2
+    assert inside.data["matches"] == outside.data["matches"]
+    assert len(inside.data["matches"]) == 2
 
 
 async def test_links_inside_the_workspace_are_still_followed(
@@ -190,7 +190,7 @@ async def test_links_inside_the_workspace_are_still_followed(
         if backend == "rg" and shutil.which("rg") is None:
             continue
         out = await run_tool(GrepTool, {"pattern": "needle"}, ws, options={"backend": backend})
-        assert [m["path"] for m in out.metadata["matches"]] == [
+        assert [m["path"] for m in out.data["matches"]] == [
             "alias.txt",
             "f.txt",
             "sub/inner.txt",
@@ -198,7 +198,7 @@ async def test_links_inside_the_workspace_are_still_followed(
     listed = await run_tool(ListDirTool, {"recursive": True}, ws)
     assert text_of(listed).splitlines() == ["alias.txt", "f.txt", "loop", "sub/", "sub/inner.txt"]
     found = await run_tool(FindFilesTool, {"pattern": "*"}, ws)
-    assert found.metadata["files"] == ["alias.txt", "f.txt", "sub/inner.txt"]
+    assert found.data["files"] == ["alias.txt", "f.txt", "sub/inner.txt"]
 
 
 async def test_searches_close_every_descriptor(tree: Path, ws: WorkspaceFileAPI) -> None:

@@ -15,8 +15,8 @@ from dispatcher import (
     ToolExecutionError,
     ToolPermissionDenied,
     ToolTimeout,
-    ToolValidationError,
-    WorkspaceEscapeError,
+    ToolValidationFailed,
+    WorkspaceEscape,
     WorkspaceFileAPI,
 )
 from dispatcher.tools import RunCommandTool, ShellTool
@@ -67,7 +67,7 @@ async def test_cwd_is_confined(root: Path, ws: WorkspaceFileAPI, outside: Path) 
     assert text_of(out).splitlines()[2] == str(root / "sub")
     (root / "link").symlink_to(outside)
     for cwd in ("..", "/tmp", "link"):
-        with pytest.raises(WorkspaceEscapeError):
+        with pytest.raises(WorkspaceEscape):
             await run_tool(ShellTool, {"command": "pwd", "cwd": cwd}, ws)
     (root / "file").write_text("x")
     with pytest.raises(ToolExecutionError, match="is not a folder"):
@@ -164,7 +164,7 @@ async def test_environment_is_scrubbed(
 async def test_environment_additions_are_checked(
     ws: WorkspaceFileAPI, env: dict[str, object], message: str
 ) -> None:
-    with pytest.raises(ToolValidationError, match=message):
+    with pytest.raises(ToolValidationFailed, match=message):
         await run_tool(ShellTool, {"command": "true", "env": env}, ws)
 
 

@@ -28,6 +28,7 @@ from dispatcher.tool import ToolContext
 from dispatcher.tools import ShellTool
 from dispatcher.tools.shell.rules import rate_command
 from protocol.canonical import ToolUseBlock
+from protocol.payloads import Payload
 
 NOT_SAFE = [
     # options that run another program
@@ -246,6 +247,10 @@ class DenyingPublisher:
             asyncio.get_running_loop().call_soon(
                 lambda: broker.resolve(request_id, "deny", resolved_by="test")
             )
+
+    def emit(self, payload: Payload, *, session_id: str, turn_id: str | None = None) -> None:
+        data = payload.model_dump(mode="json", exclude_unset=True)
+        self.publish(str(payload.event_type), data, session_id=session_id, turn_id=turn_id)
 
     def asked(self) -> set[str]:
         return {d["tool_use_id"] for t, d in self.events if t == "tool.confirmation_requested"}

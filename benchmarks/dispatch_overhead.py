@@ -97,15 +97,29 @@ class NoOpTool:
         return False
 
 
-async def _time_calls(call: Callable[[int], Awaitable[object]], n: int, rounds: int) -> list[float]:
+# CPU time of this process per call, per variant and round, beside the wall
+# figures: on a shared machine a descheduled moment inflates wall time but
+# not CPU time (the log process's CPU is not in it: compare wall for that).
+_CPU: dict[str, list[float]] = {}
+
+
+def _cpu_sample(label: str, cpu_started: float, n: int) -> None:
+    _CPU.setdefault(label, []).append((time.process_time() - cpu_started) / n * 1e6)
+
+
+async def _time_calls(
+    call: Callable[[int], Awaitable[object]], n: int, rounds: int, label: str = ""
+) -> list[float]:
     """Per-call microseconds for each round (median of rounds is reported)."""
     samples = []
     for _ in range(rounds):
         gc.collect()
+        cpu = time.process_time()
         started = time.perf_counter()
         for i in range(n):
             await call(i)
         samples.append((time.perf_counter() - started) / n * 1e6)
+        _cpu_sample(label, cpu, n)
     return samples
 
 
@@ -126,7 +140,7 @@ async def _floor(n: int, rounds: int, ws: WorkspaceFileAPI) -> list[float]:
                     q.get_nowait()
         return out
 
-    return await _time_calls(call, n, rounds)
+    return await _time_calls(call, n, rounds, FLOOR)
 
 
 async def _direct(n: int, rounds: int, ws: WorkspaceFileAPI) -> list[float]:
@@ -136,7 +150,7 @@ async def _direct(n: int, rounds: int, ws: WorkspaceFileAPI) -> list[float]:
     async def call(i: int) -> object:
         return await tool.execute(INPUT, ctx)
 
-    return await _time_calls(call, n, rounds)
+    return await _time_calls(call, n, rounds, "direct execute()")
 
 
 async def _through_dispatcher(
@@ -150,11 +164,16 @@ async def _through_dispatcher(
     async def call(i: int) -> object:
         return await dispatcher.dispatch(blocks[i], session, turn_id="turn")
 
-    return await _time_calls(call, n, rounds)
+    return await _time_calls(call, n, rounds, "dispatcher, no bus")
 
 
 async def _through_bus(
-    n: int, rounds: int, ws: WorkspaceFileAPI, log_path: Path | None, yield_every: int = 0
+    n: int,
+    rounds: int,
+    ws: WorkspaceFileAPI,
+    log_path: Path | None,
+    yield_every: int = 0,
+    label: str = "",
 ) -> list[float]:
     from eventbus import EventBus, EventLog
 
@@ -169,6 +188,7 @@ async def _through_bus(
         samples = []
         for _ in range(rounds):
             gc.collect()
+            cpu = time.process_time()
             started = time.perf_counter()
             for i, block in enumerate(blocks):
                 await dispatcher.dispatch(block, session, turn_id="turn")
@@ -179,12 +199,15 @@ async def _through_bus(
                     await asyncio.sleep(0)
             await bus.flush()  # the clock stops only once every event is logged
             samples.append((time.perf_counter() - started) / n * 1e6)
+            _cpu_sample(label, cpu, n)
         return samples
     finally:
         await bus.close()
 
 
 WORKERS = 64
+FLOOR = "floor (semaphore + timeout + execute + 4 queue puts)"
+WITH_LOG = "dispatcher + bus + SQLite log"
 YIELD_EVERY = 64
 WITH_LOG_OVERLAP = "dispatcher + bus + SQLite log, loop yields every 64 calls"
 
@@ -277,25 +300,35 @@ async def run(calls: int = 20_000, rounds: int = 5) -> dict[str, Any]:
         ws = WorkspaceFileAPI(tmp)
         throughput = await _throughput(calls * 2, ws, Path(tmp) / "throughput.db")
         variants: dict[str, list[float]] = {
-            "floor (semaphore + timeout + execute + 4 queue puts)": await _floor(calls, rounds, ws),
+            FLOOR: await _floor(calls, rounds, ws),
             "direct execute()": await _direct(calls, rounds, ws),
             "dispatcher, no bus": await _through_dispatcher(calls, rounds, ws, None),
-            "dispatcher + bus (memory)": await _through_bus(calls, rounds, ws, None),
-            "dispatcher + bus + SQLite log": await _through_bus(
-                calls, rounds, ws, Path(tmp) / "events.db"
+            "dispatcher + bus (memory)": await _through_bus(
+                calls, rounds, ws, None, label="dispatcher + bus (memory)"
+            ),
+            WITH_LOG: await _through_bus(
+                calls, rounds, ws, Path(tmp) / "events.db", label=WITH_LOG
             ),
             WITH_LOG_OVERLAP: await _through_bus(
-                calls, rounds, ws, Path(tmp) / "events-overlap.db", yield_every=YIELD_EVERY
+                calls,
+                rounds,
+                ws,
+                Path(tmp) / "events-overlap.db",
+                yield_every=YIELD_EVERY,
+                label=WITH_LOG_OVERLAP,
             ),
         }
     medians = {k: statistics.median(v) for k, v in variants.items()}
-    floor = medians["floor (semaphore + timeout + execute + 4 queue puts)"]
+    floor = medians[FLOOR]
+    cpu = {k: statistics.median(_CPU.pop(k, [0.0])) for k in variants}
     rows = [
         {
             "variant": k,
             "us_per_call": round(v, 2),
             "ratio_to_floor": round(v / floor, 2),
             "calls_per_s": round(1e6 / v),
+            "cpu_us_per_call": round(cpu[k], 2),
+            "cpu_ratio_to_floor": round(cpu[k] / cpu[FLOOR], 2) if cpu[FLOOR] else None,
         }
         for k, v in medians.items()
     ]
@@ -307,10 +340,6 @@ async def run(calls: int = 20_000, rounds: int = 5) -> dict[str, Any]:
         "validators_us": {k: round(v, 2) for k, v in _validator_costs(calls).items()},
         "throughput_one_core": throughput,
     }
-
-
-FLOOR = "floor (semaphore + timeout + execute + 4 queue puts)"
-WITH_LOG = "dispatcher + bus + SQLite log"
 
 
 async def section(quick: bool = False) -> Section:
@@ -350,11 +379,14 @@ def print_report(result: dict[str, Any]) -> None:
     print(
         f"dispatch overhead ({result['calls_per_round']} calls x {result['rounds']} rounds, median)"
     )
-    print(f"{'variant':<60} {'us/call':>9} {'x floor':>8} {'calls/s':>9}")
+    print(
+        f"{'variant':<60} {'us/call':>9} {'x floor':>8} {'calls/s':>9} {'CPU us':>8} {'x floor':>8}"
+    )
     for row in result["rows"]:
         print(
             f"{row['variant']:<60} {row['us_per_call']:>9.2f} {row['ratio_to_floor']:>8.2f} "
-            f"{row['calls_per_s']:>9}"
+            f"{row['calls_per_s']:>9} {row['cpu_us_per_call']:>8.2f} "
+            f"{row['cpu_ratio_to_floor'] or 0:>8.2f}"
         )
     print("validation cost per call (us):")
     for label, us in result["validators_us"].items():

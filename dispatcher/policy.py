@@ -144,6 +144,11 @@ def loosened_calls(
                 if STRICTNESS[now] < STRICTNESS[was]:
                     rated = f", rated {rating.value}" if rating else ""
                     found.append(f"{tool} ({effect.value}{rated}): {was.value} -> {now.value}")
+    if getattr(candidate, "runs_everything", False) and not getattr(base, "runs_everything", False):
+        # The yolo preset also lifts the sandbox floor (sandbox_floor), which no
+        # per-call mode above shows: yolo with every mode spelled out as the
+        # base's would otherwise pass as "equal".
+        found.append("execute calls outside a sandbox: prompt -> auto (the yolo preset)")
     return found
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dispatcher.errors import ToolRegistrationError
@@ -63,6 +63,12 @@ class RegisteredTool:
     # The definition's output_schema compiled (same subset as inputs); None:
     # the tool declares none and any ``ToolOutput.data`` passes through.
     output_validator: CompiledValidator | None = None
+    # ``definition.side_effects.value``, read once: ``tool.called`` carries it
+    # and an enum's ``.value`` is a Python-level descriptor call per read.
+    side_effects_name: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "side_effects_name", self.definition.side_effects.value)
 
 
 class ProtocolToolAdapter(BaseTool):

@@ -56,6 +56,9 @@ class DispatchSession:
     dry_run: bool = False
     # turn_id -> actions a dry-run recorded; the server pops a turn's at its end.
     planned: dict[str, list[PlannedAction]] = field(default_factory=dict)
+    # The running turns that are dry-runs (the server adds and removes them):
+    # the hooks such a turn runs outside tool calls see the workspace read-only.
+    dry_run_turns: set[str] = field(default_factory=set)
     # turn_id -> distinct paths modified (guardrails.max_files_modified);
     # dropped by ToolDispatcher.end_turn.
     turn_counters: dict[str, TurnCounter] = field(default_factory=dict)

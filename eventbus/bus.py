@@ -57,6 +57,9 @@ CLOSE_RETRY_S = 3.0
 # Maps each catalog name (and so each EventType member, which hashes as its
 # value) to the plain str: one lookup both checks and normalises the type.
 _TYPE_NAMES: dict[str, str] = {t.value: t.value for t in EventType}
+# Payload class -> its catalog type, filled on each class's first emit (one
+# dict look-up per event instead of a class attribute read and two checks).
+_CLASS_NAMES: dict[type[Payload], str] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -358,10 +361,14 @@ class EventBus:
         """
         if self._state != "running":
             self._refuse()
-        event_type = getattr(payload.__class__, "event_type", None)
-        name = _TYPE_NAMES.get(event_type) if isinstance(event_type, str) else None
+        cls = payload.__class__
+        name = _CLASS_NAMES.get(cls)
         if name is None:
-            raise UnknownEventType(f"{payload.__class__.__name__} (no catalog event_type)")
+            event_type = getattr(cls, "event_type", None)
+            name = _TYPE_NAMES.get(event_type) if isinstance(event_type, str) else None
+            if name is None:
+                raise UnknownEventType(f"{cls.__name__} (no catalog event_type)")
+            _CLASS_NAMES[cls] = name
         if session_id.__class__ is not str or not session_id:
             raise InvalidEvent(f"session_id must be a non-empty string, got {session_id!r}")
         if turn_id is not None and turn_id.__class__ is not str:
@@ -372,7 +379,16 @@ class EventBus:
             except Exception as exc:  # pydantic's serialization error: not JSON
                 raise EventNotSerializable(f"{name} data is not JSON-serializable: {exc}") from exc
             validate_payload(name, dumped)
-        self._queue(name, payload, session_id, turn_id)
+        # The payload's field dict itself (plus its extras, if any): orjson
+        # writes a dict natively, where a model would cost a call back into
+        # Python (its ``default``) per event; nested parts still take that path.
+        data: Mapping[str, Any] | Payload
+        try:
+            extra = payload.__pydantic_extra__
+            data = {**payload.__dict__, **extra} if extra else payload.__dict__
+        except AttributeError:
+            data = payload  # not a pydantic model: the encoder refuses it, as before
+        self._queue(name, data, session_id, turn_id)
 
     def _queue(
         self, name: str, data: Mapping[str, Any] | Payload, session_id: str, turn_id: str | None
@@ -383,14 +399,14 @@ class EventBus:
         ts = self._clock.now()
         try:
             encoded = self._encoder.encode(
-                seq=seq,
-                session_seq=session_seq,
-                event_id=f"evt_{self._id_prefix}{seq:012x}",
-                type=name,
-                session_id=session_id,
-                turn_id=turn_id,
-                ts=ts,
-                data=data,
+                seq,
+                session_seq,
+                f"evt_{self._id_prefix}{seq:012x}",
+                name,
+                session_id,
+                turn_id,
+                ts,
+                data,
             )
         except (TypeError, ValueError, RecursionError) as exc:
             raise EventNotSerializable(f"{name} data is not JSON-serializable: {exc}") from exc

@@ -138,7 +138,6 @@ class EnvelopeEncoder:
 
     def encode(
         self,
-        *,
         seq: int,
         session_seq: int,
         event_id: str,
@@ -149,22 +148,30 @@ class EnvelopeEncoder:
         data: Any,
     ) -> bytes:
         """The envelope's UTF-8 JSON. ``data`` is a mapping or a payload model.
+        The arguments may be positional, in the envelope's order (the bus's
+        hot path: a keyword call of eight costs ~0.1 us more per event).
 
         Raises TypeError when ``data`` is not JSON, ValueError for an id that
         is not valid Unicode text.
         """
-        self.check_id(session_id)
-        if turn_id is not None:
+        checked = self._checked
+        # Inline membership tests: the ids of a session's events are almost
+        # always checked already, and a method call per id costs more.
+        if session_id not in checked:
+            self.check_id(session_id)
+        if turn_id is not None and turn_id not in checked:
             self.check_id(turn_id)
-        return encode_json(
-            {
-                "seq": seq,
-                "session_seq": session_seq,
-                "id": event_id,
-                "type": type,
-                "session_id": session_id,
-                "turn_id": turn_id,
-                "ts": ts,
-                "data": data,
-            }
-        )
+        envelope = {
+            "seq": seq,
+            "session_seq": session_seq,
+            "id": event_id,
+            "type": type,
+            "session_id": session_id,
+            "turn_id": turn_id,
+            "ts": ts,
+            "data": data,
+        }
+        try:
+            return orjson.dumps(envelope, default=_parts)
+        except TypeError:
+            return encode_json(envelope)  # the retry rules live there

@@ -92,14 +92,26 @@ class Payload(BaseModel):
         declares a model (``Preview``, ``BlockedBy``, ``Usage``); the bus's
         debug mode still validates it. Cost: see
         specs/event-bus-and-trace-catalog.md ("Publishers")."""
+        return cls.trusted_from(data)
+
+    @classmethod
+    def trusted_from(cls, data: dict[str, Any]) -> Self:
+        """``trusted`` for a dict the caller hands over (it becomes the
+        payload's field dict when it names every field and nothing else, so
+        it must not be used afterwards): saves the keyword round trip's copy."""
         obj = _new(cls)
+        # pydantic v2 (2.14) keeps a model's state in these four slots; this
+        # is what ``model_construct`` sets, without its per-field Python loop.
         _set(obj, "__pydantic_fields_set__", set(data))
         names, defaults = cls._trusted_shape
-        if data.keys() <= names:  # the usual case: a subset check allocates nothing
+        keys = data.keys()
+        if keys <= names:  # the usual case: a subset check allocates nothing
             extra: dict[str, Any] = {}
         else:
-            extra = {key: data.pop(key) for key in data.keys() - names}
-        _set(obj, "__dict__", {**defaults, **data} if defaults else data)
+            extra = {key: data.pop(key) for key in keys - names}
+        # Only the defaults the caller left out are copied in (none, for the
+        # hot publishers, which pass every field).
+        _set(obj, "__dict__", data if len(data) == len(names) else {**defaults, **data})
         _set(obj, "__pydantic_extra__", extra)
         _set(obj, "__pydantic_private__", None)
         return obj
@@ -388,9 +400,18 @@ class ToolCompleted(Payload):
     files_modified: list[str] | None
     command_executed: str | None
     metadata: dict[str, Any]
+    # ``content`` was cut to the session's max_event_output_bytes; ``output_bytes``
+    # is the full size (UTF-8 text plus base64 image data). Declared (not extra
+    # keys) so that ``trusted`` takes its fast path.
+    truncated: bool = False
+    output_bytes: Annotated[int, Field(ge=0)] | None = None
     # The tool's structured output (ToolOutput.data), checked against the
-    # definition's output_schema when it has one; absent when the tool gave none.
+    # definition's output_schema when it has one; null when the tool gave none
+    # or when its JSON exceeds max_event_output_bytes: then ``structured_truncated``
+    # is true and ``structured_bytes`` its encoded size (the model's result keeps it).
     structured: dict[str, Any] | None = None
+    structured_truncated: bool = False
+    structured_bytes: Annotated[int, Field(ge=0)] | None = None
 
 
 @with_config(ConfigDict(extra="allow"))

@@ -5,7 +5,9 @@
   commands. It is a proxy: every ``tools/list`` and ``tools/call`` goes to
   the running server's ``/sessions/{id}/mcp`` endpoint with the SDK's client,
   progress notifications included, so the call takes exactly the HTTP road
-  (policy, confirmations any client may answer, events, log).
+  (policy, confirmations any client may answer, events, log). Listings and
+  results pass through as the endpoint made them: ``outputSchema`` and
+  ``structuredContent`` included.
 - ``toolrelay mcp list``: ``GET /mcp-servers``, one line per server.
 
 The server's address comes from ``--url`` or ``TOOLRELAY_URL`` (default
@@ -91,6 +93,8 @@ def _list(url: str, headers: dict[str, str]) -> int:
             print(f"    {tool}")
         for skipped in s.get("skipped", []):
             print(f"    (not registered) {skipped['tool']}: {skipped['error']}")
+        for dropped in s.get("output_schemas_dropped", []):
+            print(f"    (outputSchema dropped) {dropped['tool']}: {dropped['error']}")
     return 0
 
 

@@ -6,7 +6,8 @@ the bearer token our AuthMiddleware already checked, and every MCP request
 is authorised again (``SessionRegistry.get``), so an MCP session id is worth
 nothing to another token.
 
-- ``tools/list``: the session's tools, as ``GET /sessions/{id}/tools`` has them.
+- ``tools/list``: the session's tools, as ``GET /sessions/{id}/tools`` has them,
+  each with its ``outputSchema`` when its definition has an ``output_schema``.
 - ``tools/call``: one ``tool_use`` through the session's dispatcher, as a
   client-played turn runs its calls (``ToolDispatcher.dispatch`` with the
   session's DispatchSession: validation, policy, confirmation, the session's
@@ -20,12 +21,20 @@ nothing to another token.
   (when the MCP client asked for progress) naming the request; any client
   may answer over HTTP. A deny or a timeout comes back as a result with
   ``isError: true`` carrying the reason.
+- A successful call's ``structuredContent`` is the tool's validated
+  ``ToolOutput.data``. ``ToolDispatcher.dispatch`` hands back only the
+  tool_result block (the model's view), so the data is read from the call's
+  own ``tool.completed`` event: a subscription to the session's stream from
+  the cursor taken just before the call, so nothing is missed however late
+  it starts, and matched by the call's unique ``turn_id``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import logging
 import secrets
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
@@ -38,6 +47,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
+from eventbus import EventBusError
 from protocol.canonical import ImageBlock, TextBlock, ToolResultBlock, ToolUseBlock
 from server.errors import ApiError, error_body
 from server.middleware import principal_of
@@ -46,9 +56,17 @@ from server.schemas import InputLimitExceeded, check_json_limits
 if TYPE_CHECKING:
     from server.runtime import Services
 
+log = logging.getLogger("toolrelay.mcp")
+
 PATH = "/sessions/{session_id}/mcp"
 # Seconds between progress notifications while a call waits or runs.
 PROGRESS_INTERVAL = 1.0
+# Bound on finding a finished call's tool.completed on the session's stream.
+# The event is durable before the call's result is (normally milliseconds);
+# past this the result goes back without structuredContent, and a warning.
+STRUCTURED_WAIT = 10.0
+# The events that end one call: whichever comes first settles the wait.
+_CALL_ENDS = frozenset({"tool.completed", "tool.failed", "tool.planned", "tool.input_invalid"})
 
 
 class McpEndpoint:
@@ -113,6 +131,9 @@ class McpEndpoint:
                     name=d.name,
                     description=d.description,
                     input_schema=d.input_schema,
+                    # Already in the subset (checked at registration): plain
+                    # JSON Schema any MCP client can validate against.
+                    output_schema=d.output_schema,
                     annotations=types.ToolAnnotations(
                         read_only_hint=d.side_effects.value in ("none", "read"),
                         open_world_hint=d.side_effects.value == "network",
@@ -150,6 +171,8 @@ class McpEndpoint:
         block = ToolUseBlock(id=f"mcp_{token}", name=params.name, input=arguments)
         turn_id = f"mcp_{token}"
         dispatcher = self.runtime.dispatcher
+        # Taken before the call: its tool.completed comes after this cursor.
+        cursor = self.runtime.bus.last_session_seq(dispatch_session.session_id)
         call = asyncio.ensure_future(dispatcher.dispatch(block, dispatch_session, turn_id=turn_id))
         try:
             step = 0
@@ -178,10 +201,50 @@ class McpEndpoint:
             with contextlib.suppress(BaseException):
                 await asyncio.wait({call}, timeout=10)
             raise
-        return _to_mcp(result)
+        structured = None
+        if not result.is_error:
+            structured = await self._structured(dispatch_session.session_id, cursor, turn_id)
+        return _to_mcp(result, structured)
+
+    async def _structured(self, session_id: str, cursor: int, turn_id: str) -> Any:
+        """``data.structured`` of the call's ``tool.completed`` (None when it
+        has none, or the event could not be read in time)."""
+        try:
+            async with asyncio.timeout(STRUCTURED_WAIT):
+                # With a cursor the subscription first reads the log, and a
+                # full queue is refilled from it: no event of the call is lost.
+                async with await self.runtime.bus.subscribe(
+                    session_id=session_id, after=cursor
+                ) as events:
+                    async for record in events:
+                        # Cheap envelope fields first: only our call's end is parsed.
+                        if record.turn_id != turn_id or record.type not in _CALL_ENDS:
+                            continue
+                        if record.type != "tool.completed":
+                            return None
+                        data = json.loads(record.text)["data"]
+                        if data.get("structured_truncated"):
+                            # Events carry structured data only up to the
+                            # event output limit; past it the event has
+                            # null, so the MCP result cannot have it either.
+                            log.warning(
+                                "MCP call %s: its structured result (%s bytes) is over the "
+                                "event output limit; the result goes back without it",
+                                turn_id,
+                                data.get("structured_bytes"),
+                            )
+                        return data.get("structured")
+        except (TimeoutError, EventBusError) as exc:
+            log.warning(
+                "MCP call %s: its tool.completed was not read (%s); "
+                "the result goes back without structuredContent",
+                turn_id,
+                str(exc) or type(exc).__name__,
+            )
+        return None
 
 
-def _to_mcp(result: ToolResultBlock) -> types.CallToolResult:
+def _to_mcp(result: ToolResultBlock, structured: Any = None) -> types.CallToolResult:
     content: list[types.TextContent | types.ImageContent] = []
     for block in result.content:
         if isinstance(block, TextBlock):
@@ -190,4 +253,6 @@ def _to_mcp(result: ToolResultBlock) -> types.CallToolResult:
             content.append(
                 types.ImageContent(type="image", data=block.data, mime_type=block.media_type)
             )
-    return types.CallToolResult(content=list(content), is_error=result.is_error)
+    return types.CallToolResult(
+        content=list(content), structured_content=structured, is_error=result.is_error
+    )

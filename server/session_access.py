@@ -30,7 +30,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from dispatcher.pipeline.profiles import Profile, UnknownProfile, resolve_profile
+from dispatcher.pipeline.profiles import (
+    DEFAULT_PROFILE,
+    Profile,
+    UnknownProfile,
+    resolve_profile,
+)
 from dispatcher.policy import (
     STRICTNESS,
     ConfirmMode,
@@ -108,6 +113,11 @@ class _Settled:
 
     def __init__(self, policy: SessionPolicy) -> None:
         self.policy = policy
+
+    @property
+    def runs_everything(self) -> bool:
+        # Seen by loosened_calls: lifting the sandbox floor is a loosening too.
+        return self.policy.runs_everything
 
     def mode_for(self, query: PolicyQuery) -> ConfirmMode:
         return self.policy.settled(query)
@@ -201,14 +211,24 @@ def access_with_parents(
     sandboxed: bool,
     get_session: Callable[[str], SessionRecord | None],
 ) -> SessionAccess:
-    """``access_for`` with the chain of parents resolved through ``get_session``
-    (a deleted parent no longer bounds its worker: its turn, and with it the
-    worker's, was cancelled when it went)."""
+    """``access_for`` with the chain of parents resolved through ``get_session``.
+
+    A worker outlives a deleted parent (its owner may still start turns on
+    it), and its own profile may be looser than the server's policy (``test``
+    runs as ``ci``, which a user token may not pick): so a parent that is
+    gone is stood in for by a session of the server's policy as it is
+    (profile ``full``, no overrides), and the worker stays bounded by that."""
     chain = [record]
     while chain[-1].parent_session_id is not None and len(chain) < MAX_DEPTH:
         parent = get_session(chain[-1].parent_session_id)
         if parent is None:
-            break
+            gone = chain[-1]
+            parent = SessionRecord(
+                id=str(gone.parent_session_id),
+                workspace=gone.workspace,
+                owner=gone.owner,
+                profile=DEFAULT_PROFILE,
+            )
         chain.append(parent)
     access: SessionAccess | None = None
     for item in reversed(chain):

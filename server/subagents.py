@@ -202,6 +202,9 @@ class SubagentService:
             agent=agent_type,
             profile=agent.profile,
             parent_session_id=parent.id,
+            # A dry-run parent (its session or this turn) plans only: its worker
+            # must plan too, or a delegated shell/write call would run for real.
+            dry_run=parent.dry_run or self._turn_is_dry_run(request),
         )
         mirror = Mirror(
             bus,
@@ -259,6 +262,19 @@ class SubagentService:
         if report.usage:
             self._roll_up(request, dict(report.usage))
         return report
+
+    def _turn_is_dry_run(self, request: SubagentRequest) -> bool:
+        """Whether the parent turn that dispatches is a dry-run: the running
+        turn's word, else the stored turn's; when neither can be found the
+        answer is the cautious one: yes."""
+        active = self._turns().active(request.parent_session_id)
+        running = active.context if active is not None else None
+        if active is not None and active.id == request.parent_turn_id and running is not None:
+            return running.dry_run
+        stored = self._store().get_turn(
+            request.parent_turn_id, session_id=request.parent_session_id
+        )
+        return True if stored is None else stored.dry_run
 
     def _roll_up(self, request: SubagentRequest, usage: dict[str, int]) -> None:
         """Add the child's tokens to the parent's session budget (``limits.

@@ -58,6 +58,9 @@ async def run_hooks(
     runner = session.hooks
     if runner is None or not runner.has_hooks(event):
         return []
+    if session.dry_run or (turn_id is not None and turn_id in session.dry_run_turns):
+        # A dry-run changes nothing, its lifecycle hooks included.
+        runner = runner.read_only_view()
     context = HookContext(
         session_id=session.session_id,
         workspace=session.workspace.workspace_root,

@@ -169,6 +169,8 @@ class TurnSupervisor:
         )
         self.store.add_turn(turn_record)
         turn_id = turn_record.id
+        if dry_run:
+            dispatch_session.dry_run_turns.add(turn_id)
         context = TurnContext(
             session_id=record.id,
             turn_id=turn_id,
@@ -322,6 +324,8 @@ class TurnSupervisor:
                 # A shutdown cancelled the task during the hook: the end is
                 # still recorded below, then the cancellation goes on.
                 hook_cut_short = True
+        # After the last hook of the turn (on_error): its dry-run ends here.
+        ctx.dispatch_session.dry_run_turns.discard(ctx.turn_id)
         try:
             if end.status is not TurnStatus.COMPLETED:
                 # The runner may have been cut short (a storage fault, a cancellation

@@ -37,7 +37,7 @@ CLASS_TYPES: dict[str, EventType] = {cls.__name__: cls.event_type for cls in PAY
 TYPE_NAMES: dict[str, EventType] = {t.value: t for t in EventType}
 MEMBER_NAMES: dict[str, EventType] = {t.name: t for t in EventType}
 # Class methods that build a payload (model_validate parses one: the SDK's side).
-BUILDERS = frozenset({"trusted", "model_construct"})
+BUILDERS = frozenset({"trusted", "trusted_from", "model_construct"})
 
 
 class _Scanner(ast.NodeVisitor):

@@ -1,6 +1,7 @@
 """README's snippets work as written: every config snippet loads with the
-server's own loader, and the plugin example registers its tool from the import
-path its config snippet names."""
+server's own loader, the plugin example registers its tool from the import
+path its config snippet names, and the Configuration section names every
+top-level key of the config file."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 import yaml
 
 from dispatcher import ToolDispatcher, load_plugins
-from server.config import load_config
+from server.config import Config, load_config
 from tests.dispatcher.support import RecordingPublisher
 from tests.harness import REPO_ROOT
 
@@ -81,3 +82,10 @@ def test_the_plugin_example_loads_from_its_config_snippet(
     )
     assert errors == []
     assert "word_count" in dispatcher.names()
+
+
+def test_the_configuration_section_names_every_top_level_key() -> None:
+    text = README.read_text(encoding="utf-8")
+    section = text.split("\n## Configuration\n", 1)[1].split("\n## ", 1)[0]
+    missing = [key for key in Config.model_fields if f"`{key}`" not in section]
+    assert missing == [], f"README's Configuration section does not name {missing}"

@@ -248,9 +248,17 @@ class ToolrelayClient:
         name: str | None = None,
         policy: Mapping[str, Any] | None = None,
         model: str | None = None,
+        profile: str | None = None,
+        agent: str | None = None,
+        dry_run: bool = False,
         **extra: Any,
     ) -> Session:
-        """``POST /sessions``: a new session rooted at ``workspace`` (which must exist)."""
+        """``POST /sessions``: a new session rooted at ``workspace`` (which must exist).
+
+        ``profile`` and ``agent`` name a permission profile and an agent;
+        ``dry_run`` makes every turn a dry-run. Only what is set is sent, so a
+        server older than these fields never sees them.
+        """
         payload: dict[str, Any] = {"workspace": str(workspace), **extra}
         if name is not None:
             payload["name"] = name
@@ -258,6 +266,12 @@ class ToolrelayClient:
             payload["policy"] = dict(policy)
         if model is not None:
             payload["model"] = model
+        if profile is not None:
+            payload["profile"] = profile
+        if agent is not None:
+            payload["agent"] = agent
+        if dry_run:
+            payload["dry_run"] = True
         response = await self._request("POST", "/sessions", json=payload, expect=(200, 201))
         return self._parse(Session, self._body(response), "session")
 
@@ -295,17 +309,29 @@ class ToolrelayClient:
             raise ProtocolViolation(f"turn creation answered without a turn_id: {body!r:.200}")
         return turn_id
 
-    async def send_message(self, session_id: str, text: str) -> str:
-        """Start a turn the model drives from a user message; returns the turn id."""
-        return await self._start_turn(session_id, {"message": text})
+    async def send_message(self, session_id: str, text: str, *, dry_run: bool = False) -> str:
+        """Start a turn the model drives from a user message; returns the turn id.
 
-    async def send_tool_uses(self, session_id: str, tool_uses: Sequence[Mapping[str, Any]]) -> str:
+        With ``dry_run`` the turn's write and execute calls are recorded in its
+        ``plan`` (``Turn.plan``, ``turn.completed.data.plan``), not run.
+        """
+        payload: dict[str, Any] = {"message": text}
+        if dry_run:
+            payload["dry_run"] = True
+        return await self._start_turn(session_id, payload)
+
+    async def send_tool_uses(
+        self, session_id: str, tool_uses: Sequence[Mapping[str, Any]], *, dry_run: bool = False
+    ) -> str:
         """Start a turn that plays the model: run these ``{"id","name","input"}`` calls.
 
         Returns the turn id. Raises Conflict while another turn is running.
+        ``dry_run`` as for :meth:`send_message`.
         """
-        uses = [dict(use) for use in tool_uses]
-        return await self._start_turn(session_id, {"tool_uses": uses})
+        payload: dict[str, Any] = {"tool_uses": [dict(use) for use in tool_uses]}
+        if dry_run:
+            payload["dry_run"] = True
+        return await self._start_turn(session_id, payload)
 
     async def get_turn(self, session_id: str, turn_id: str) -> Turn:
         """``GET /sessions/{id}/turns/{turn_id}``: status and tool results."""

@@ -35,6 +35,16 @@ class Session(Resource):
     # The model asked for (None: the server's default) and the one a turn uses now.
     model: str | None = None
     resolved_model: str | None = None
+    # What it runs as (specs/agents.md); None from servers older than agents.
+    agent: str | None = None
+    profile: str | None = None
+    # A sub-agent's worker session names the session that dispatched it.
+    parent_session_id: str | None = None
+    # The worker sessions it dispatched, oldest first (GET /sessions/{id}).
+    children: list[str] = Field(default_factory=list)
+    # Every turn records write/execute calls in its plan instead of running them.
+    dry_run: bool = False
+    tokens_used: int | None = None
 
 
 class ToolInfo(Resource):
@@ -44,6 +54,19 @@ class ToolInfo(Resource):
     description: str = ""
     input_schema: dict[str, Any] = Field(default_factory=dict)
     side_effects: str
+    # The effective call timeout in seconds (config overrides included).
+    timeout_s: float | None = None
+    # The schema of the structured output in tool.completed.data.structured.
+    output_schema: dict[str, Any] | None = None
+
+
+class PlannedAction(Resource):
+    """A write/execute call a dry-run turn recorded instead of running it."""
+
+    tool_use_id: str
+    tool_name: str
+    summary: str = ""
+    input: dict[str, Any] = Field(default_factory=dict)
 
 
 class ConversationMessage(Resource):
@@ -66,6 +89,9 @@ class Turn(Resource):
     message: str | None = None
     # The rest of the turn.failed event's data (error_kind, provider, ...), when seen.
     failure_details: dict[str, Any] | None = None
+    dry_run: bool = False
+    # A dry-run turn's planned actions, in order (None: not a dry-run).
+    plan: list[PlannedAction] | None = None
 
     @property
     def done(self) -> bool:

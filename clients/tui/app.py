@@ -33,7 +33,12 @@ from clients.tui.widgets import ConfirmationScreen, EntryView, StatusLine, is_ex
 DEFAULT_STREAM_BACKOFF = Backoff(attempts=1200, initial=0.2, factor=1.6, max_delay=3.0)
 
 # The input's placeholder; the footer lists the keys.
-HELP = "Message to the model, or /tool NAME {json input} to run one tool (Enter sends)"
+HELP = (
+    "Message to the model, /tool NAME {json input} to run one tool, "
+    "/dry-run before either to plan only (Enter sends)"
+)
+# Prefix of a per-turn dry-run: the turn's writes and commands are planned, not run.
+DRY_RUN = "/dry-run"
 
 
 class ToolrelayTUI(App[int]):
@@ -247,12 +252,13 @@ class ToolrelayTUI(App[int]):
         if not text or self.session_id is None:
             return
         try:
+            text, dry_run = split_dry_run(text)
             if text.startswith("/tool"):
                 name, tool_input = parse_tool_command(text)
                 tool_use = {"id": "tu_" + secrets.token_hex(6), "name": name, "input": tool_input}
-                await self.client.send_tool_uses(self.session_id, [tool_use])
+                await self.client.send_tool_uses(self.session_id, [tool_use], dry_run=dry_run)
             else:
-                await self.client.send_message(self.session_id, text)
+                await self.client.send_message(self.session_id, text, dry_run=dry_run)
         except ValueError as exc:
             self.notify(str(exc), title="bad command", severity="error")
         except ToolrelayError as exc:
@@ -267,6 +273,19 @@ class ToolrelayTUI(App[int]):
             await self.client.cancel_turn(self.session_id, turn_id)
         except ToolrelayError as exc:
             self.notify(exc.message, title="cancel failed", severity="error")
+
+
+def split_dry_run(text: str) -> tuple[str, bool]:
+    """``/dry-run <message or /tool ...>`` -> (the rest, True); other text unchanged.
+
+    Only this turn is a dry-run: the session keeps the mode it was created with.
+    """
+    head, *rest = text.split(None, 1)
+    if head != DRY_RUN:
+        return text, False
+    if not rest:
+        raise ValueError(f"usage: {DRY_RUN} <message>  or  {DRY_RUN} /tool NAME {{json input}}")
+    return rest[0].strip(), True
 
 
 def parse_tool_command(text: str) -> tuple[str, dict[str, object]]:

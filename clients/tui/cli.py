@@ -41,6 +41,10 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="toolrelay tui",
         description="Watch a toolrelay session live, answer confirmations, send messages.",
+        # The prompt's commands are typed in the app, so --help is where they are found.
+        epilog="In the prompt: a message goes to the model; '/tool NAME {json}' runs one "
+        "tool; '/dry-run <message>' (or '/dry-run /tool ...') plans that turn only: its "
+        "writes and commands are recorded in the plan, not run.",
     )
     parser.add_argument(
         "--url",

@@ -9,7 +9,8 @@ Events of the execution pipeline (hooks, guardrails, dry-run plans, quality
 gates) are read by their type name and their data's keys, whether the SDK
 gives them a typed model or a plain dict, so a server ahead of this SDK is
 still shown. A sub-agent's events (``data.subagent_session_id``) fold into a
-nested :class:`Transcript` held by the parent's ``dispatch_subagent`` call.
+nested :class:`Transcript` held by the parent's ``dispatch_subagent`` call
+that ``data.parent_tool_use_id`` names.
 Any other event type becomes a generic one-line note: nothing is dropped
 silently and nothing unknown can break the fold.
 """
@@ -395,7 +396,11 @@ class Transcript:
         """Fold a sub-agent's event into its run, nested under the parent's call."""
         call = self._subagents.get(child)
         if call is None:
-            call = self._adopt(child, _str(field_of(event.data, "agent_type")))
+            call = self._adopt(
+                child,
+                _str(field_of(event.data, "agent_type")),
+                _str(field_of(event.data, "parent_tool_use_id")),
+            )
             self._subagents[child] = call
         run = call.subagent
         assert run is not None
@@ -414,21 +419,21 @@ class Transcript:
                 del self.pending[request_id]
         return [call.key]
 
-    def _adopt(self, child: str, agent_type: str) -> ToolCallEntry:
-        """The parent's ``dispatch_subagent`` call a new sub-agent belongs to: the
-        oldest unclaimed one still running (of the same agent type when the
-        call says it); a call of its own if the stream holds none."""
-        claimed = {id(c) for c in self._subagents.values()}
-        waiting = [
-            c
-            for c in self.tool_calls()
-            if c.name == SUBAGENT_TOOL and id(c) not in claimed and c.subagent is None
-        ]
-        live = ("requested", "awaiting_confirmation", "running")
-        running = [c for c in waiting if c.status in live] or waiting
-        same = [c for c in running if agent_type and c.input.get("agent_type") == agent_type]
-        candidates = same or running
-        picked = candidates[0] if candidates else None
+    def _adopt(self, child: str, agent_type: str, parent_tool_use_id: str = "") -> ToolCallEntry:
+        """The parent's ``dispatch_subagent`` call a new sub-agent belongs to.
+
+        The server names it (``data.parent_tool_use_id``): that call, made here
+        if the stream has not shown it yet. Without the name (an older server)
+        the guess: the oldest unclaimed call still running (of the same agent
+        type when the call says it). A call of its own when neither finds one.
+        """
+        picked: ToolCallEntry | None = None
+        if parent_tool_use_id:
+            named = self._tool(parent_tool_use_id, SUBAGENT_TOOL)
+            # One call starts one child; a second claimant is shown on its own.
+            picked = named if named.subagent is None else None
+        else:
+            picked = self._guess_call(agent_type)
         if picked is None:
             picked = ToolCallEntry(
                 key=f"subagent:{child}", tool_use_id="", name=SUBAGENT_TOOL, status="running"
@@ -436,6 +441,15 @@ class Transcript:
             self._add(picked)
         picked.subagent = SubagentRun(child, agent_type, Transcript(session_id=child))
         return picked
+
+    def _guess_call(self, agent_type: str) -> ToolCallEntry | None:
+        """The fallback for events without ``parent_tool_use_id``."""
+        waiting = [c for c in self.tool_calls() if c.name == SUBAGENT_TOOL and c.subagent is None]
+        live = ("requested", "awaiting_confirmation", "running")
+        running = [c for c in waiting if c.status in live] or waiting
+        same = [c for c in running if agent_type and c.input.get("agent_type") == agent_type]
+        candidates = same or running
+        return candidates[0] if candidates else None
 
     def _turn_ended(self, event: TurnCompleted | TurnFailed | TurnCancelled) -> list[str]:
         status = event.type.split(".", 1)[1]

@@ -36,7 +36,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from dispatcher.errors import ToolError, ToolExecutionError, ToolRegistrationError
 from dispatcher.mcp.config import McpServerConfig
 from dispatcher.mcp.schema import SchemaNotExpressible, translate_schema
-from dispatcher.mcp.tool import McpTool, OutputValidator
+from dispatcher.mcp.tool import McpTool
 from dispatcher.sandbox import Sandbox, SandboxConfig, reexposed_folders
 from protocol.backoff import Backoff
 from protocol.canonical import ToolDefinition
@@ -71,6 +71,9 @@ class McpServerState:
     tools: list[str] = field(default_factory=list)
     # Tools that were not registered, each with the reason (construct and pointer).
     skipped: list[dict[str, str]] = field(default_factory=list)
+    # Registered tools whose outputSchema the subset cannot express: dropped,
+    # so their structured results pass unchecked ({tool, error, pointer}).
+    output_schemas_dropped: list[dict[str, str]] = field(default_factory=list)
     restarts: int = 0
     next_retry_s: float | None = None
 
@@ -81,6 +84,7 @@ class McpServerState:
             "state": self.state,
             "tools": list(self.tools),
             "skipped": list(self.skipped),
+            "output_schemas_dropped": list(self.output_schemas_dropped),
             "restarts": self.restarts,
         }
         if self.error is not None:
@@ -101,6 +105,8 @@ class McpConnection:
         self.client: Client | None = None
         # Our tool name -> (MCP tool name, the tool as the server listed it).
         self.registered: dict[str, tuple[str, types.Tool]] = {}
+        # Our tool name -> why its outputSchema was dropped ({tool, error, pointer}).
+        self.dropped_outputs: dict[str, dict[str, str]] = {}
         self._dead = asyncio.Event()
         self._relist = asyncio.Event()
         self._stopping = False
@@ -338,6 +344,7 @@ class McpManager:
             if wanted.get(name) != listed:
                 self.dispatcher.unregister(name)
                 del conn.registered[name]
+                conn.dropped_outputs.pop(name, None)
                 removed.append(name)
         for name, tool in wanted.items():
             if name in conn.registered:
@@ -356,32 +363,56 @@ class McpManager:
         removed = [n for n in removed if n not in changed]
         conn.status.tools = sorted(conn.registered)
         conn.status.skipped = skipped
+        conn.status.output_schemas_dropped = [
+            conn.dropped_outputs[n] for n in sorted(conn.dropped_outputs)
+        ]
         if (added or removed) and self.on_tools_changed is not None:
             self.on_tools_changed(sorted(added), sorted(removed), f"mcp:{conn.name}")
         del cfg
 
     def _register(self, conn: McpConnection, name: str, tool: types.Tool) -> None:
         schema = translate_schema(tool.input_schema)
-        output = None
-        if tool.output_schema is not None:
-            try:
-                output = OutputValidator(dict(tool.output_schema))
-            except Exception as exc:  # jsonschema-rs refuses a schema it cannot compile
-                raise SchemaNotExpressible("outputSchema", "", str(exc)) from None
+        output_schema, dropped = _output_schema(tool)
         definition = ToolDefinition(
             name=name,
             description=(tool.description or tool.title or f"{tool.name} (MCP server {conn.name})"),
             input_schema=schema,
             side_effects=conn.config.side_effects_of(tool.name),
+            output_schema=output_schema,
         )
         mcp_name = tool.name
         entry = conn.config.tools.get(mcp_name)
         timeout = entry.timeout if entry is not None else None
 
         def factory() -> McpTool:
-            return McpTool(conn, mcp_name, definition, output)
+            return McpTool(conn, mcp_name, definition)
 
+        # The dispatcher compiles output_schema once, here, and checks every
+        # structured result against it (a mismatch: execution_error naming the path).
         self.dispatcher.register(factory, group=f"mcp:{conn.name}", timeout=timeout)
+        if dropped is not None:
+            conn.dropped_outputs[name] = dropped
+            log.warning(
+                "MCP server %s: tool %s registered without its outputSchema (%s); "
+                "its structured results are passed on unchecked",
+                conn.name,
+                tool.name,
+                dropped["error"],
+            )
+
+
+def _output_schema(tool: types.Tool) -> tuple[dict[str, Any] | None, dict[str, str] | None]:
+    """(the tool's outputSchema in the subset, None) or, when the subset cannot
+    express it, (None, why). An inexpressible outputSchema does not refuse the
+    tool, unlike an input schema: the input schema guards what we send, while
+    the output schema only describes what comes back, so the tool still works
+    without it; its results then pass unchecked, like a tool that declares none."""
+    if tool.output_schema is None:
+        return None, None
+    try:
+        return translate_schema(dict(tool.output_schema), "output schema"), None
+    except SchemaNotExpressible as exc:
+        return None, {"tool": tool.name, "error": str(exc), "pointer": exc.pointer}
 
 
 def _check_not_hidden(cwd: str, hidden: tuple[str, ...]) -> None:

@@ -50,16 +50,18 @@ class SchemaNotExpressible(ToolRegistrationError):
         self.reason = reason
 
 
-def translate_schema(schema: Any) -> dict[str, Any]:
-    """The subset schema equivalent to ``schema``; SchemaNotExpressible otherwise."""
+def translate_schema(schema: Any, what: str = "input schema") -> dict[str, Any]:
+    """The subset schema equivalent to ``schema``; SchemaNotExpressible otherwise.
+    ``what`` names the schema in messages (``input schema``, ``output schema``):
+    an MCP tool's ``outputSchema`` is translated by the same rules."""
     if not isinstance(schema, dict):
-        raise SchemaNotExpressible("schema", "", "an input schema must be a JSON object")
+        raise SchemaNotExpressible("schema", "", f"an {what} must be a JSON object")
     translator = _Translator(schema)
     result = translator.node(schema, "", refs=(), depth=0, root=True)
     if result.get("type") != "object":
-        raise SchemaNotExpressible("type", "/type", 'the input schema must be "type": "object"')
+        raise SchemaNotExpressible("type", "/type", f'the {what} must be "type": "object"')
     try:
-        check_subset(result)
+        check_subset(result, what.replace(" ", "_"))
     except ToolRegistrationError as exc:
         # A safety net: the translator should have refused it with a pointer first.
         raise SchemaNotExpressible("schema", "", str(exc)) from None

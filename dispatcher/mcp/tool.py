@@ -3,14 +3,23 @@ connection; the result maps onto ToolOutput.
 
 - text content -> text blocks; images -> image blocks; embedded text
   resources -> their text; other resources and audio -> a line naming them;
-- ``structuredContent`` -> ``metadata["structured"]`` after validation
-  against the tool's ``outputSchema`` (with jsonschema-rs: an interpreter,
-  never generated code; its regexes cannot backtrack catastrophically), and
-  as JSON text when the server sent no text;
+- ``structuredContent`` -> ``ToolOutput.data``, which the dispatcher checks
+  against the definition's ``output_schema`` (the server's ``outputSchema``
+  translated into the subset, see manager.py) and publishes as
+  ``tool.completed.data.structured``, as for any built-in tool; also as JSON
+  text when the server sent no text, so the model sees it;
 - ``isError`` -> a failed output (the dispatcher reports ``execution_error``);
 - an MCP error, a dead server -> ToolExecutionError;
 - cancellation (the dispatcher's cancel_event, a timeout, the turn's task)
   cancels the SDK call, which sends ``notifications/cancelled``.
+
+The call is sent with the session's ``send_request``, not ``call_tool``:
+``call_tool`` checks ``structuredContent`` against the server's own
+``outputSchema`` with the Python ``jsonschema`` (whose ``pattern`` is a
+backtracking ``re``: an outside schema could stall the event loop) and turns a
+mismatch into a RuntimeError that would read as a broken connection. The
+dispatcher's compiled subset validator does that check instead, and a
+mismatch is an ``execution_error`` naming the path.
 """
 
 from __future__ import annotations
@@ -23,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import mcp_types as types
 from mcp import MCPError
 
-from dispatcher.errors import ToolCancelled, ToolExecutionError
+from dispatcher.errors import ToolCancelled
 from dispatcher.tool import BaseTool, ToolContext, ToolOutput
 from protocol.canonical import ImageBlock, TextBlock, ToolDefinition
 
@@ -34,33 +43,6 @@ if TYPE_CHECKING:
 CANCEL_WAIT = 5.0
 
 
-class OutputValidator:
-    """Validates ``structuredContent`` against an ``outputSchema``; built once."""
-
-    def __init__(self, schema: dict[str, Any]) -> None:
-        self._validator: Any
-        try:
-            import jsonschema_rs  # linear-time regexes: preferred when installed
-        except ImportError:
-            from jsonschema import validators
-            from referencing import Registry
-
-            cls = validators.validator_for(schema)
-            cls.check_schema(schema)
-            # An empty registry: nothing is ever fetched for a remote $ref.
-            self._validator = cls(schema, registry=Registry())
-            self._path = "absolute_path"
-        else:
-            self._validator = jsonschema_rs.validator_for(schema)
-            self._path = "instance_path"
-
-    def errors(self, instance: Any) -> list[str]:
-        return [
-            f"/{'/'.join(str(p) for p in getattr(e, self._path))}: {e.message}"
-            for e in self._validator.iter_errors(instance)
-        ][:10]
-
-
 class McpTool(BaseTool):
     """A dispatcher tool that forwards its call to one MCP server's tool."""
 
@@ -69,12 +51,10 @@ class McpTool(BaseTool):
         connection: McpConnection,
         mcp_name: str,
         definition: ToolDefinition,
-        output_validator: OutputValidator | None,
     ) -> None:
         self.definition = definition
         self._connection = connection
         self._mcp_name = mcp_name
-        self._output = output_validator
         self._task: asyncio.Task[types.CallToolResult] | None = None
 
     async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:
@@ -84,8 +64,12 @@ class McpTool(BaseTool):
             shown = f"{progress:g}/{total:g}" if total is not None else f"{progress:g}"
             context.emit_output("progress", f"{message + ' ' if message else ''}{shown}\n")
 
+        request = types.CallToolRequest(
+            params=types.CallToolRequestParams(name=self._mcp_name, arguments=input)
+        )
+        # send_request, not call_tool: see the module docstring.
         self._task = asyncio.ensure_future(
-            client.call_tool(self._mcp_name, input, progress_callback=progress)
+            client.session.send_request(request, types.CallToolResult, progress_callback=progress)
         )
         waiter = asyncio.ensure_future(context.cancel_event.wait())
         try:
@@ -145,18 +129,16 @@ class McpTool(BaseTool):
                 kind = getattr(block, "type", type(block).__name__)
                 content.append(TextBlock(text=f"[{kind} content left out]"))
         metadata: dict[str, Any] = {"mcp_server": self._connection.name}
+        data: dict[str, Any] | None = None
         structured = result.structured_content
+        # An error result's structured content is not the tool's output: the
+        # outputSchema describes successes only (and the call fails anyway).
         if structured is not None and not result.is_error:
-            if self._output is not None:
-                problems = self._output.errors(structured)
-                if problems:
-                    raise ToolExecutionError(
-                        f"{self.definition.name} returned structured output that does not match "
-                        "its outputSchema: " + "; ".join(problems)
-                    )
-            metadata["structured"] = structured
+            data = structured
             if not any(isinstance(b, TextBlock) for b in content):
                 content.append(TextBlock(text=json.dumps(structured, ensure_ascii=False)))
         if not content:
             content.append(TextBlock(text="(no output)"))
-        return ToolOutput(content=content, success=not result.is_error, metadata=metadata)
+        return ToolOutput(
+            content=content, success=not result.is_error, metadata=metadata, data=data
+        )

@@ -59,15 +59,18 @@ async def run_shell_command(
     time_limit: float,
     stdin: bytes = b"",
     output_limit: int = DEFAULT_OUTPUT_BYTES,
+    writable_workspace: bool = True,
 ) -> CommandRun:
     """Run ``sh -c command`` in ``workspace_root``; raises OSError only when
     the process cannot be started at all (SandboxUnavailable when the
     sandbox refuses this workspace). ``workspace_root`` is the real
-    path (as the workspace file API and the sandbox hold it)."""
+    path (as the workspace file API and the sandbox hold it).
+    ``writable_workspace=False`` binds the workspace read-only in the sandbox
+    (a dry-run's hooks); without a sandbox nothing can enforce it."""
     cwd = workspace_root
     argv = ["/bin/sh", "-c", command]
     if sandbox is not None:
-        argv = sandbox.command(argv, cwd=cwd)
+        argv = sandbox.command(argv, cwd=cwd, writable_workspace=writable_workspace)
     out, err = OutputCapture(output_limit), OutputCapture(output_limit)
     started = time.perf_counter()
     timed_out = False

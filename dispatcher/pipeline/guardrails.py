@@ -20,6 +20,8 @@ configuration error naming it.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
 import posixpath
 import re
@@ -27,7 +29,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import bracex
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from wcmatch import glob as wcglob
 
 from dispatcher.pipeline.globs import PathGlobs, check_globs
 from dispatcher.tools.shell.lexer import ShellSyntaxInvalid, Word, parse
@@ -37,6 +41,11 @@ from protocol.canonical import SideEffects
 # make the check slow.
 MAX_WORDS = 512
 MAX_NESTED_SCRIPTS = 4
+# Names one brace or glob word may stand for (bounded work per call).
+MAX_EXPANSIONS = 256
+# Braces are expanded before globbing (bracex), so the glob step sees none;
+# as in bash by default, `*` skips dot files (`.e*` still names `.env`).
+GLOB_FLAGS = 0
 
 
 def _compile_regex(pattern: str, what: str) -> re.Pattern[str]:
@@ -298,11 +307,11 @@ def command_paths(command: str, cwd: str = ".", workspace_root: str | None = Non
     cannot be known statically are skipped. An unreadable command yields
     nothing here: the shell tool refuses it anyway."""
     words: list[tuple[str, str]] = []
-    _collect_words(command, cwd or ".", words, 0)
-    found: dict[str, None] = {}
     root = os.path.realpath(workspace_root) if workspace_root else None
+    _collect_words(command, cwd or ".", words, 0, root)
+    found: dict[str, None] = {}
     for text, where in words[:MAX_WORDS]:
-        for candidate in _word_variants(text):
+        for candidate in _expanded(_word_variants(text), where, root):
             rel = _relative(candidate, where, root)
             if rel is None:
                 continue
@@ -314,10 +323,12 @@ def command_paths(command: str, cwd: str = ".", workspace_root: str | None = Non
     return list(found)
 
 
-def _collect_words(command: str, cwd: str, out: list[tuple[str, str]], depth: int) -> None:
+def _collect_words(
+    command: str, cwd: str, out: list[tuple[str, str]], depth: int, root: str | None = None
+) -> None:
     """(word, the directory it is relative to) of every argument and
     redirection target; a static ``cd dir`` moves the directory for the
-    commands after it."""
+    commands after it (an absolute one too, when it lies in ``root``)."""
     if depth > MAX_NESTED_SCRIPTS or len(out) >= MAX_WORDS:
         return
     try:
@@ -325,21 +336,23 @@ def _collect_words(command: str, cwd: str, out: list[tuple[str, str]], depth: in
     except ShellSyntaxInvalid:
         return
     for inner in script.substitutions:
-        _collect_words(inner, cwd, out, depth + 1)
+        _collect_words(inner, cwd, out, depth + 1, root)
     for pipeline in script.pipelines:
         for cmd in pipeline.commands:
             args: list[Word] = cmd.words[1:]
             targets = [r.target for r in cmd.redirects if r.target is not None]
-            for word in [*args, *targets]:
+            # `F=.env cmd`: an assignment before the program names a path too.
+            heads = cmd.words[:1] if cmd.words and "=" in cmd.words[0].text else []
+            for word in [*heads, *args, *targets]:
                 if word.dynamic:
                     continue
                 out.append((word.text, cwd))
                 # sh -c 'cat .env', bash -lc "...": read the inner script too.
                 if any(c.isspace() for c in word.text):
-                    _collect_words(word.text, cwd, out, depth + 1)
+                    _collect_words(word.text, cwd, out, depth + 1, root)
             head = cmd.words[0] if cmd.words else None
             if head is not None and head.text in ("cd", "pushd") and len(args) == 1:
-                moved = _relative(args[0].text, cwd, None)
+                moved = _relative(args[0].text, cwd, root)
                 if moved is not None and not args[0].dynamic:
                     cwd = moved
 
@@ -348,7 +361,37 @@ def _word_variants(text: str) -> list[str]:
     variants = [text]
     if "=" in text:
         variants.append(text.split("=", 1)[1])
+    if ":" in text:
+        # `git show HEAD:.env`, `scp a:b`: the part after the colon is a path.
+        variants.append(text.split(":", 1)[1])
     return [v for v in variants if v and "\x00" not in v]
+
+
+def _expanded(variants: list[str], cwd: str, root: str | None) -> list[str]:
+    """``variants`` plus what the shell would make of them: braces expanded
+    (``.{env,x}``, textual, so a file not yet there counts) and glob words
+    (``.e*``, ``secret*/key.pem``) matched against the workspace as it is
+    now. Bounded: a word yields at most MAX_EXPANSIONS names."""
+    out: list[str] = []
+    for text in variants:
+        out.append(text)
+        if "{" in text:
+            with contextlib.suppress(ValueError, RecursionError, bracex.ExpansionLimitException):
+                out.extend(bracex.expand(text, limit=MAX_EXPANSIONS))
+    if root is None:
+        return out
+    globbed: list[str] = []
+    for text in out:
+        if "{" in text or not any(c in text for c in "*?["):
+            continue
+        rel = _relative(text, cwd, root)
+        if rel is None:
+            continue
+        with contextlib.suppress(OSError, ValueError, RecursionError):
+            names = wcglob.iglob(rel, root_dir=root, flags=GLOB_FLAGS, limit=MAX_EXPANSIONS)
+            # Absolute, so the caller does not join them to ``cwd`` a second time.
+            globbed.extend(root + "/" + n for n in itertools.islice(names, MAX_EXPANSIONS))
+    return out + globbed
 
 
 def _relative(text: str, cwd: str, root: str | None) -> str | None:

@@ -17,6 +17,7 @@ through the publisher the runner was given.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import re
@@ -189,6 +190,8 @@ class HookRunner:
         # The environment hooks start from: pass the server's scrubbed one.
         self._env = minimal_env(base_env)
         self._output_limit = output_limit
+        # A dry-run's view (read_only_view): the workspace is bound read-only.
+        self._read_only = False
         self._by_event = {
             event: [
                 _Compiled(
@@ -203,6 +206,16 @@ class HookRunner:
 
     def has_hooks(self, event: HookEvent) -> bool:
         return bool(self._by_event[event])
+
+    def read_only_view(self) -> HookRunner:
+        """The same hooks for a dry-run: a dry-run changes nothing in the
+        workspace, and hooks run workspace content (`npm run lint` runs the
+        repository's scripts), so in the sandbox they see it read-only and
+        are told ``TOOLRELAY_DRY_RUN=1``. Without a sandbox nothing enforces
+        it (specs/pipeline.md)."""
+        view = copy.copy(self)
+        view._read_only = True
+        return view
 
     def matching(self, event: HookEvent, context: HookContext) -> list[HookConfig]:
         """The hooks of ``event`` whose matcher and file patterns fit ``context``.
@@ -286,8 +299,9 @@ class HookRunner:
             "TOOLRELAY_TOOL_INPUT": env_tool_input(ctx.tool_input),
             "TOOLRELAY_FILE": ctx.file or "",
             "TOOLRELAY_WORKSPACE": ctx.workspace,
+            "TOOLRELAY_DRY_RUN": "1" if self._read_only else "0",
         }
-        command = hook.command.replace("{file}", shlex.quote(ctx.file or ""))
+        command = hook.command.replace("{file}", file_argument(ctx.file))
         try:
             run = await run_shell_command(
                 command,
@@ -297,6 +311,7 @@ class HookRunner:
                 time_limit=hook.timeout,
                 stdin=json.dumps(payload, ensure_ascii=False).encode("utf-8"),
                 output_limit=self._output_limit,
+                writable_workspace=not self._read_only,
             )
         except (OSError, SandboxUnavailable) as exc:
             return HookResult(
@@ -350,6 +365,16 @@ def context_payload(event: HookEvent, ctx: HookContext) -> dict[str, Any]:
         "file": ctx.file,
         **({"extra": dict(ctx.extra)} if ctx.extra else {}),
     }
+
+
+def file_argument(path: str | None) -> str:
+    """``{file}`` as one shell word. The model names the file, so a name like
+    ``--config=x.toml`` or ``-rf`` must not become an option of the hook's
+    program: a relative path starting with ``-`` gets ``./`` in front."""
+    text = path or ""
+    if text.startswith("-"):
+        text = "./" + text
+    return shlex.quote(text)
 
 
 def env_tool_input(tool_input: Mapping[str, Any] | None) -> str:

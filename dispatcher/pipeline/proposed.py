@@ -9,8 +9,9 @@ derived from their (already validated) input.
 - ``apply_patch {patch, path?}``: every file of the diff; its added lines;
   its ``+``/``-`` lines;
 - ``delete_file {path}``: the path;
-- ``shell``/``run_command {command, cwd?}``: the command, and the paths its
-  words name (resolved through the workspace, symlinks followed).
+- ``shell``/``run_command {command, cwd?, env?}``: the command, and the paths
+  its words and its ``env`` values name (resolved through the workspace,
+  symlinks followed).
 
 Any other tool yields a ProposedCall with only its name and class. A path
 that escapes the workspace is left as written: the scope stage refuses it.
@@ -19,6 +20,7 @@ that escapes the workspace is left as written: the scope stage refuses it.
 from __future__ import annotations
 
 import posixpath
+import shlex
 from collections.abc import Mapping
 from typing import Any
 
@@ -62,9 +64,23 @@ def proposed_call(
             side_effects=side_effects,
             command=input["command"],
             cwd=cwd,
-            command_paths=tuple(command_paths(input["command"], cwd, root)),
+            command_paths=_shell_paths(input, cwd, root),
         )
     return base
+
+
+def _shell_paths(input: Mapping[str, Any], cwd: str, root: str | None) -> tuple[str, ...]:
+    """The paths the command's words name, then those its ``env`` values name:
+    ``{"command": "cp a $F", "env": {"F": ".env"}}`` names ``.env`` as surely
+    as writing it out (the lexer cannot see ``$F``). The values are read as
+    the words of a separate no-op command, so nothing in the command (an open
+    here-document, a trailing backslash) can swallow them."""
+    found = dict.fromkeys(command_paths(str(input["command"]), cwd, root))
+    env = input.get("env")
+    if isinstance(env, Mapping) and env:
+        words = " ".join(shlex.quote(str(v)) for v in env.values())
+        found.update(dict.fromkeys(command_paths(f": {words}", cwd, root)))
+    return tuple(found)
 
 
 def _with(

@@ -9,7 +9,7 @@ import pytest
 
 from clients.sdk import AnyEvent, parse_event
 from clients.sdk.events import GenericEvent
-from clients.tui.app import parse_tool_command
+from clients.tui.app import parse_tool_command, split_dry_run
 from clients.tui.transcript import (
     MessageEntry,
     NoteEntry,
@@ -182,6 +182,15 @@ def test_parse_tool_command() -> None:
         parse_tool_command("/tool x {bad")
     with pytest.raises(ValueError, match="JSON object"):
         parse_tool_command("/tool x [1]")
+
+
+def test_split_dry_run() -> None:
+    assert split_dry_run("/dry-run write a.txt: hi") == ("write a.txt: hi", True)
+    assert split_dry_run("/dry-run  /tool list_dir {}") == ("/tool list_dir {}", True)
+    assert split_dry_run("/dry-runs are fun") == ("/dry-runs are fun", False)
+    assert split_dry_run("list .") == ("list .", False)
+    with pytest.raises(ValueError, match="usage: /dry-run"):
+        split_dry_run("/dry-run  ")
 
 
 def test_each_streamed_assistant_message_gets_its_own_entry() -> None:
@@ -473,3 +482,35 @@ def test_a_sub_agent_without_a_visible_dispatch_call_gets_its_own_entry() -> Non
     assert isinstance(call, ToolCallEntry) and call.name == "dispatch_subagent"
     assert "   ┆ assistant: looking ▌" in plain(call)
     assert [e.key for e in t.entries] == [call.key]
+
+
+def test_a_sub_agent_nests_under_the_call_the_server_names() -> None:
+    """Two delegations of the same agent type run at once; the second one's
+    child speaks first. The oldest-call guess would put it under the first."""
+    feed, t = Feed(), Transcript(session_id="s")
+    t.apply(feed("turn.started", {}))
+    for tool_use_id, task in (("tu_a", "read a.txt"), ("tu_b", "read b.txt")):
+        task_input: dict[str, object] = {"task": task, "agent_type": "explore"}
+        t.apply(feed("tool.called", called(tool_use_id, "dispatch_subagent", task_input)))
+
+    def child_feed(child: str, parent_call: str, type_: str, data: dict[str, object]) -> AnyEvent:
+        marks = {"parent_tool_use_id": parent_call, "parent_turn_id": "turn_1"}
+        return subagent_feed(feed, child, type_, {**data, **marks})
+
+    assert t.apply(child_feed("ses_b", "tu_b", "turn.started", {})) == ["tool:tu_b"]
+    assert t.apply(child_feed("ses_a", "tu_a", "turn.started", {})) == ["tool:tu_a"]
+    # A child whose call the stream has not shown yet gets that call, named.
+    assert t.apply(child_feed("ses_c", "tu_c", "turn.started", {})) == ["tool:tu_c"]
+    runs: dict[str, tuple[str, str]] = {}
+    for key in ("tool:tu_a", "tool:tu_b", "tool:tu_c"):
+        call = t.entry(key)
+        assert isinstance(call, ToolCallEntry) and call.subagent is not None
+        runs[key] = (call.name, call.subagent.session_id)
+    assert runs == {
+        "tool:tu_a": ("dispatch_subagent", "ses_a"),
+        "tool:tu_b": ("dispatch_subagent", "ses_b"),
+        "tool:tu_c": ("dispatch_subagent", "ses_c"),
+    }
+    # A second child naming a call already taken is shown on its own, not merged.
+    keys = t.apply(child_feed("ses_d", "tu_a", "turn.started", {}))
+    assert keys == ["subagent:ses_d"]

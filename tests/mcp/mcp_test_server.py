@@ -6,8 +6,9 @@ must map: read-only tools, one that writes (into its working directory), a slow
 one (reports progress; leaves ``cancelled.txt`` behind when a cancellation
 reaches it), one whose schema uses ``$ref``/``$defs`` and ``anyOf [T, null]``,
 one whose schema cannot be expressed in toolrelay's subset, an ``isError``
-result, an image, structured output with an ``outputSchema``, a crash in the
-middle of a call, and a change of the tool list.
+result, an image, structured output with an ``outputSchema`` (also one that
+breaks its own schema, and one whose schema the subset cannot express), a
+crash in the middle of a call, and a change of the tool list.
 """
 
 from __future__ import annotations
@@ -52,6 +53,25 @@ TOOLS: list[types.Tool] = [
             "type": OBJ,
             "properties": {"sum": {"type": "integer"}},
             "required": ["sum"],
+        },
+    ),
+    types.Tool(
+        name="bad_add",
+        description="Like add, but its structured result breaks its own outputSchema.",
+        input_schema={"type": OBJ, "properties": {}},
+        output_schema={
+            "type": OBJ,
+            "properties": {"sum": {"type": "integer"}},
+            "required": ["sum"],
+        },
+    ),
+    types.Tool(
+        name="code",
+        description="Structured output under an outputSchema outside the subset (pattern).",
+        input_schema={"type": OBJ, "properties": {}},
+        output_schema={
+            "type": OBJ,
+            "properties": {"code": {"type": "string", "pattern": "^[a-z]+$"}},
         },
     ),
     types.Tool(
@@ -151,6 +171,14 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
             content=[types.TextContent(type="text", text=str(total))],
             structured_content={"sum": total},
         )
+    if name == "bad_add":
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text="five")],
+            structured_content={"sum": "five"},
+        )
+    if name == "code":
+        # No text block: the structured result alone is the answer.
+        return types.CallToolResult(content=[], structured_content={"code": "abc"})
     if name == "picture":
         return types.CallToolResult(
             content=[types.ImageContent(type="image", data=PNG, mime_type="image/png")]

@@ -128,7 +128,7 @@ async def test_calls_map_text_images_structured_and_errors(
     )
     assert texts(result) == "5"
     done = [e for e in publisher.events if e.type == "tool.completed"][-1]
-    assert done.data["metadata"]["structured"] == {"sum": 5}
+    assert done.data["structured"] == {"sum": 5}
     result = await dispatcher.dispatch(use("mcp_t_picture", {}, "tu3"), session, turn_id="t")
     assert isinstance(result.content[0], ImageBlock)
     assert result.content[0].media_type == "image/png"
@@ -147,6 +147,39 @@ async def test_calls_map_text_images_structured_and_errors(
         turn_id="t",
     )
     assert texts(result) == "item 7 note None"
+
+
+async def test_structured_output_is_checked_against_the_translated_output_schema(
+    stdio_manager: tuple[McpManager, Changes],
+    dispatcher: ToolDispatcher,
+    session: DispatchSession,
+    publisher: RecordingPublisher,
+) -> None:
+    manager, _ = stdio_manager
+    entries = {e.name: e for e in dispatcher._registry.entries()}
+    # The server's outputSchema, in the subset, is the definition's output_schema.
+    assert entries["mcp_t_add"].definition.output_schema == {
+        "type": "object",
+        "properties": {"sum": {"type": "integer"}},
+        "required": ["sum"],
+    }
+    # A result that breaks the server's own schema: execution_error naming the path.
+    result = await dispatcher.dispatch(use("mcp_t_bad_add", {}), session, turn_id="t")
+    assert result.is_error and "at '/sum'" in texts(result)
+    failed = publisher.events[-1]
+    assert failed.type == "tool.failed" and failed.data["error_class"] == "execution_error"
+    assert "at '/sum'" in failed.data["message"]
+    # The connection is fine: a bad result is the tool's bug, not a dead server.
+    assert manager.states()[0]["restarts"] == 0 and manager.states()[0]["state"] == "ready"
+    # An outputSchema outside the subset (pattern) is dropped, with the reason
+    # and pointer; the tool stays, and its structured result passes unchecked.
+    assert entries["mcp_t_code"].definition.output_schema is None
+    [dropped] = manager.states()[0]["output_schemas_dropped"]
+    assert dropped["tool"] == "code" and dropped["pointer"] == "/properties/code/pattern"
+    result = await dispatcher.dispatch(use("mcp_t_code", {}, "tu2"), session, turn_id="t")
+    assert not result.is_error and texts(result) == '{"code": "abc"}'
+    done = publisher.events[-1]
+    assert done.type == "tool.completed" and done.data["structured"] == {"code": "abc"}
 
 
 async def test_write_tool_asks_and_runs_after_allow(

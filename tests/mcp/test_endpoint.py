@@ -91,16 +91,63 @@ async def test_mcp_servers_route_and_tools_through_the_relay(
         assert bad.is_error and "Invalid input" in text_of(bad)
 
 
+async def test_structured_results_both_ways(relay: ServerProcess, tmp_path: Path) -> None:
+    # MCP server -> toolrelay (outputSchema into the subset, structuredContent
+    # validated as ToolOutput.data) -> toolrelay's endpoint -> the SDK's client,
+    # which itself checks structuredContent against the outputSchema we list.
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "a.txt").write_text("alpha\n")
+    sid = await new_session(relay, workspace)
+    stream = await Stream.open(relay.ws_url(f"/sessions/{sid}/events", after=0))
+    try:
+        async with mcp_client(relay, sid) as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            assert tools["mcp_t_add"].output_schema == {
+                "type": "object",
+                "properties": {"sum": {"type": "integer"}},
+                "required": ["sum"],
+            }
+            # A tool without one lists none; the dropped (pattern) one lists none.
+            assert tools["mcp_t_echo"].output_schema is None
+            assert tools["mcp_t_code"].output_schema is None
+            added = await client.call_tool("mcp_t_add", {"a": 2, "b": 3})
+            assert not added.is_error and added.structured_content == {"sum": 5}
+            # A built-in tool's validated data goes out the same way.
+            assert tools["list_dir"].output_schema is not None
+            listed = await client.call_tool("list_dir", {"path": "."})
+            assert not listed.is_error
+            assert listed.structured_content["entries"][0]["path"] == "a.txt", listed
+            # Structured data without an outputSchema is passed on too.
+            code = await client.call_tool("mcp_t_code", {})
+            assert code.structured_content == {"code": "abc"}
+            # The MCP server breaking its own outputSchema: an error result naming the path.
+            broken = await client.call_tool("mcp_t_bad_add", {})
+            assert broken.is_error and broken.structured_content is None
+            assert "at '/sum'" in text_of(broken)
+        # Clients of the event stream saw the same data in tool.completed.
+        done = await stream.until("tool.completed", lambda e: e["data"]["tool_name"] == "mcp_t_add")
+        assert done["data"]["structured"] == {"sum": 5}
+        failed = await stream.until("tool.failed")
+        assert failed["data"]["error_class"] == "execution_error"
+    finally:
+        await stream.ws.close()
+    async with relay.client() as http:
+        [state] = (await http.get("/mcp-servers")).json()
+    [dropped] = state["output_schemas_dropped"]
+    assert dropped["tool"] == "code" and dropped["pointer"] == "/properties/code/pattern"
+
+
 async def test_confirmation_answered_over_http_while_the_mcp_call_waits(
     relay: ServerProcess, tmp_path: Path
 ) -> None:
     workspace = tmp_path / "ws"
     workspace.mkdir()
     sid = await new_session(relay, workspace)
-    progress: list[str] = []
+    messages: list[str] = []
 
-    async def on_progress(value: float, total: float | None, message: str | None) -> None:
-        progress.append(message or "")
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        messages.append(message or "")
 
     async with mcp_client(relay, sid) as client, relay.client("reviewer") as http:
         call = asyncio.create_task(
@@ -123,7 +170,7 @@ async def test_confirmation_answered_over_http_while_the_mcp_call_waits(
             await asyncio.sleep(0.05)
         [request] = pending
         assert request["tool_name"] == "write_file" and request["turn_id"].startswith("mcp_")
-        await until(lambda: any("waiting for confirmation" in p for p in progress), within=20)
+        await until(lambda: any("waiting for confirmation" in m for m in messages), within=20)
         assert not call.done()
         r = await http.post(
             f"/sessions/{sid}/turns/{request['turn_id']}/confirmations/{request['request_id']}",
@@ -197,6 +244,11 @@ async def test_stdio_bridge_and_mcp_list(relay: ServerProcess, tmp_path: Path) -
         assert "mcp_t_echo" in names and "read_file" in names
         result = await client.call_tool("mcp_t_echo", {"text": "over stdio"})
         assert text_of(result) == "echo: over stdio"
+        # Output schemas and structured results pass through the bridge unchanged.
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        assert tools["mcp_t_add"].output_schema is not None
+        added = await client.call_tool("mcp_t_add", {"a": 4, "b": 5})
+        assert added.structured_content == {"sum": 9}
     listed = await asyncio.to_thread(
         subprocess.run,
         [sys.executable, "-m", "server.cli", "mcp", "list", *common],
@@ -208,6 +260,7 @@ async def test_stdio_bridge_and_mcp_list(relay: ServerProcess, tmp_path: Path) -
     assert listed.returncode == 0, listed.stderr
     assert "t  ready  restarts=0" in listed.stdout and "mcp_t_echo" in listed.stdout
     assert "(not registered) choose" in listed.stdout
+    assert "(outputSchema dropped) code: pattern at '/properties/code/pattern'" in listed.stdout
 
 
 async def test_crash_restart_and_list_change_seen_by_clients(

@@ -878,7 +878,7 @@
       // A sub-agent's events arrive on this stream too, marked with its session.
       const child = d.subagent_session_id;
       if (typeof child === "string" && child && child !== this.id) {
-        this.applyIn(this.subLane(child, d.agent_type), event);
+        this.applyIn(this.subLane(child, d.agent_type, d.parent_tool_use_id), event);
       } else {
         this.applyIn(this.main, event);
       }
@@ -985,21 +985,31 @@
     }
 
     // The lane of a sub-agent, nested in the dispatch_subagent call that started
-    // it: the oldest unclaimed such call (of the same agent type if it says),
-    // else a block of its own.
-    subLane(child, agentType) {
+    // it: the call the server names (data.parent_tool_use_id), made now if the
+    // stream has not shown it yet. Without the name (an older server) a guess:
+    // the oldest unclaimed such call (of the same agent type if it says). A
+    // block of its own when neither finds a call.
+    subLane(child, agentType, parentToolUseId) {
       const known = this.subs.get(child);
       if (known) {
         known.setAgentType(agentType);
         return known;
       }
       const claimed = new Set([...this.subs.values()].map((lane) => lane.parentCall));
-      const open = [...this.main.calls.values()].filter(
-        (c) => c.name === "dispatch_subagent" && !claimed.has(c),
-      );
-      const live = open.filter((c) => OPEN_CALL.includes(c.status));
-      const pool = live.length ? live : open;
-      const call = pool.find((c) => agentType && c.agentType === agentType) || pool[0] || null;
+      let call = null;
+      if (typeof parentToolUseId === "string" && parentToolUseId) {
+        const named = this.main.calls.get(parentToolUseId)
+          || this.main.updateCall(parentToolUseId, { name: "dispatch_subagent" });
+        // One call starts one child; a second claimant gets a block of its own.
+        call = claimed.has(named) ? null : named;
+      } else {
+        const open = [...this.main.calls.values()].filter(
+          (c) => c.name === "dispatch_subagent" && !claimed.has(c),
+        );
+        const live = open.filter((c) => OPEN_CALL.includes(c.status));
+        const pool = live.length ? live : open;
+        call = pool.find((c) => agentType && c.agentType === agentType) || pool[0] || null;
+      }
       const sub = {
         sessionId: child, agentType: agentType || "",
         labelNode: el("strong", { class: "subagent-label" }),

@@ -242,14 +242,7 @@ class ToolCall:
         elif new is _PLANNED:
             action = self.planned
             assert action is not None, "record the plan before ending as planned"
-            self._send(
-                ToolPlanned(
-                    tool_use_id=action.tool_use_id,
-                    tool_name=action.tool_name,
-                    summary=action.summary,
-                    input=dict(action.input),
-                )
-            )
+            self._send(ToolPlanned(**action.as_dict()))
         elif new is _FAILED or new is _CANCELLED:
             if self.invalid is not None:
                 self._send(

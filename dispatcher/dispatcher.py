@@ -319,19 +319,22 @@ class ToolDispatcher:
                 f"{entry.name!r} would need a confirmation, and the profile "
                 f"{profile.name!r} is non-interactive: refused"
             )
-        if mode is not _AUTO:
-            await self._confirm(call, session, mode)
-        # Dry-run: a call that would change something is recorded, not run.
+        # Dry-run: a call that would change something is recorded, not run. The
+        # policy above still refuses what it denies, but nobody is asked about a
+        # call that will not run: the plan says it would ask.
         if dry_run and is_planned(side_effects):
             action = PlannedAction(
                 tool_use_id=call.tool_use.id,
                 tool_name=entry.name,
                 summary=plan_summary(entry.name, call.input, side_effects),
                 input=call.input,
+                needs_confirmation=mode is not _AUTO,
             )
             session.planned.setdefault(call.turn_id, []).append(action)
             call.plan(action)
             return None
+        if mode is not _AUTO:
+            await self._confirm(call, session, mode)
         # Queue: wait for one of the session's slots.
         if call.cancel_requested:
             raise ToolCancelled("the call was cancelled before it started")

@@ -448,6 +448,8 @@ class ToolPlanned(Payload):
     tool_name: NonEmpty
     summary: str
     input: dict[str, Any]
+    # The confirmation policy would have asked a person before running it.
+    needs_confirmation: bool = False
 
 
 class GuardrailWarning(Payload):

@@ -33,6 +33,8 @@ class PlannedAction:
     tool_name: str
     summary: str
     input: Mapping[str, Any]
+    # The policy would ask a person before running it (nobody is asked in a dry-run).
+    needs_confirmation: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -40,6 +42,7 @@ class PlannedAction:
             "tool_name": self.tool_name,
             "summary": self.summary,
             "input": dict(self.input),
+            "needs_confirmation": self.needs_confirmation,
         }
 
 

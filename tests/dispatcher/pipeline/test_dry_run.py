@@ -45,6 +45,6 @@ def test_planned_actions() -> None:
     action = PlannedAction("tu_1", "shell", "shell: ls", {"command": "ls"})
     assert action.as_dict() == {
         "tool_use_id": "tu_1", "tool_name": "shell", "summary": "shell: ls",
-        "input": {"command": "ls"},
+        "input": {"command": "ls"}, "needs_confirmation": False,
     }  # fmt: skip
     assert "shell: ls" in recorded_message(action)

@@ -467,6 +467,36 @@ async def test_a_dry_run_still_applies_guardrails(
     assert result.is_error and TURN not in session.planned
 
 
+async def test_a_dry_run_asks_nobody_about_calls_it_only_records(
+    dispatcher: ToolDispatcher, ws: WorkspaceFileAPI, publisher: RecordingPublisher
+) -> None:
+    """The default policy asks before a write; a dry-run records that it would
+    ask instead of stopping for a person, and still refuses what is denied."""
+    session = session_of(
+        ws, publisher, policy=RulePolicy(PolicyConfig(per_tool={"delete_file": "deny"}))
+    )
+    before = checksum(ws.workspace_root)
+    write, delete = await asyncio.wait_for(
+        dispatcher.dispatch_all(
+            [
+                use("write_file", {"path": "notes/a.txt", "content": "a\n"}, id="tu_w"),
+                use("delete_file", {"path": "notes.txt"}, id="tu_d"),
+            ],
+            session,
+            turn_id=TURN,
+            dry_run=True,
+        ),
+        timeout=30,
+    )
+    assert not write.is_error and "Recorded, not executed" in text(write)
+    assert delete.is_error and failed(publisher, "tu_d").data["error_class"] == "permission_denied"
+    assert not [e for e in publisher.events if e.type == "tool.confirmation_requested"]
+    [planned] = [e.data for e in publisher.events if e.type == "tool.planned"]
+    assert planned["tool_use_id"] == "tu_w" and planned["needs_confirmation"] is True
+    assert [a.needs_confirmation for a in session.planned[TURN]] == [True]
+    assert checksum(ws.workspace_root) == before
+
+
 # -- output schemas ---------------------------------------------------------------------------
 
 

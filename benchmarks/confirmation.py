@@ -30,6 +30,14 @@ SERVER_CONFIG: dict[str, Any] = {"plugins": {"import_paths": PLUGINS, "entry_poi
 EVENT_WAIT = 30.0
 
 
+def _workspace(root: Path) -> Path:
+    """The sessions' workspace: a folder beside the server's data dir, never its
+    parent (the server refuses a workspace that contains its data dir)."""
+    workspace = root / "workspace"
+    workspace.mkdir(exist_ok=True)
+    return workspace
+
+
 async def _until(ws: ClientConnection, type_: str) -> dict[str, Any]:
     """Read events until one of ``type_`` arrives (bounded by EVENT_WAIT)."""
     deadline = time.monotonic() + EVENT_WAIT
@@ -56,7 +64,7 @@ async def run(quick: bool = False) -> Section:
             ServerHandle(root / "bare", bare=True) as bare,
         ):
             async with server.http() as http:
-                session_id = await create_session(http, str(root))
+                session_id = await create_session(http, str(_workspace(root)))
                 url = server.ws_url(f"/sessions/{session_id}/events", client="bench")
                 async with connect(url, compression=None, proxy=None, max_queue=None) as ws:
                     for i in range(warmup + count):

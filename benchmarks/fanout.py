@@ -38,6 +38,14 @@ SERVER_CONFIG: dict[str, Any] = {
 }
 
 
+def _workspace(root: Path) -> Path:
+    """The sessions' workspace: a folder beside the server's data dir, never its
+    parent (the server refuses a workspace that contains its data dir)."""
+    workspace = root / "workspace"
+    workspace.mkdir(exist_ok=True)
+    return workspace
+
+
 def fanout_config(**extra: Any) -> dict[str, Any]:
     return {**SERVER_CONFIG, **extra}
 
@@ -144,7 +152,7 @@ async def run(quick: bool = False) -> Section:
             ServerHandle(root / "bare", bare=True) as bare,
         ):
             async with server.http() as http, bare.http() as bare_http:
-                session_id = await create_session(http, str(root))
+                session_id = await create_session(http, str(_workspace(root)))
                 for n in SUBSCRIBERS:
                     count = burst_size(n, quick)
                     # Server and bare loop alternate, so drifting load hits both alike.

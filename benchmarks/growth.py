@@ -50,6 +50,14 @@ REPLAY_LAST = 100
 # -- 1. dispatch overhead vs sessions ------------------------------------------------
 
 
+def _workspace(root: Path) -> Path:
+    """The sessions' workspace: a folder beside the server's data dir, never its
+    parent (the server refuses a workspace that contains its data dir)."""
+    workspace = root / "workspace"
+    workspace.mkdir(exist_ok=True)
+    return workspace
+
+
 async def _drain(sub: Subscription) -> None:
     async for _ in sub:
         pass
@@ -131,7 +139,7 @@ async def _fanout_with_sessions(root: Path, count: int) -> list[dict[str, Any]]:
             ids: list[str] = []
             try:
                 for step in SESSION_STEPS:
-                    new = await create_sessions(http, str(root), step - len(ids))
+                    new = await create_sessions(http, str(_workspace(root)), step - len(ids))
                     if new:
                         holders.append(await hold_streams(server, new))
                     ids.extend(new)

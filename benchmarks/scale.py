@@ -42,6 +42,14 @@ CONCURRENT_SESSIONS = 100
 CALLS_PER_TURN = 4
 
 
+def _workspace(root: Path) -> Path:
+    """The sessions' workspace: a folder beside the server's data dir, never its
+    parent (the server refuses a workspace that contains its data dir)."""
+    workspace = root / "workspace"
+    workspace.mkdir(exist_ok=True)
+    return workspace
+
+
 async def create_sessions(
     http: httpx2.AsyncClient, workspace: str, count: int, *, parallel: int = 16
 ) -> list[str]:
@@ -92,7 +100,7 @@ async def run(quick: bool = False) -> Section:
             async with server.http() as http:
                 # Warm up: the first session, turn and stream import and build
                 # things once per process; that is not per-session memory.
-                warm = await create_sessions(http, str(root), 1)
+                warm = await create_sessions(http, str(_workspace(root)), 1)
                 turn = await start_turn(http, warm[0], [tool_use("w", "bench_sleep", seconds=0)])
                 await wait_turn(http, warm[0], turn)
                 warm_holder = await hold_streams(server, warm)
@@ -102,7 +110,7 @@ async def run(quick: bool = False) -> Section:
                 rss_start = await _settled_rss(server)
 
                 started = time.perf_counter()
-                ids = await create_sessions(http, str(root), sessions)
+                ids = await create_sessions(http, str(_workspace(root)), sessions)
                 create_s = time.perf_counter() - started
                 rss_sessions = await _settled_rss(server)
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from dispatcher.call import CallState, Emit, ToolCall, output_text
@@ -210,10 +210,14 @@ class ToolDispatcher:
         *,
         turn_id: str,
         dry_run: bool = False,
+        on_output: Callable[[ToolOutput], object] | None = None,
     ) -> ToolResultBlock:
         """Run one call end to end. Never raises except for the caller's own
         cancellation. ``dry_run`` (or ``session.dry_run``): a write, execute
-        or network call is recorded in ``session.planned[turn_id]``, not run."""
+        or network call is recorded in ``session.planned[turn_id]``, not run.
+        ``on_output`` receives the tool's output of a call that completed (its
+        ``data`` validated): a caller that needs more than the model's view,
+        such as the MCP endpoint's ``structuredContent``, takes it there."""
         call = self._receive(tool_use, session, turn_id)
         # Look-up.
         entry = self._registry.get(tool_use.name)
@@ -258,7 +262,10 @@ class ToolDispatcher:
             # Ended on the road (planned in a dry-run, an invalid rewrite).
             assert call.result is not None
             return call.result
-        return call.complete(output)
+        result = call.complete(output)
+        if on_output is not None and not result.is_error:
+            on_output(output)
+        return result
 
     async def _run(
         self, call: ToolCall, session: DispatchSession, dry_run: bool

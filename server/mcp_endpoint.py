@@ -22,18 +22,14 @@ nothing to another token.
   may answer over HTTP. A deny or a timeout comes back as a result with
   ``isError: true`` carrying the reason.
 - A successful call's ``structuredContent`` is the tool's validated
-  ``ToolOutput.data``. ``ToolDispatcher.dispatch`` hands back only the
-  tool_result block (the model's view), so the data is read from the call's
-  own ``tool.completed`` event: a subscription to the session's stream from
-  the cursor taken just before the call, so nothing is missed however late
-  it starts, and matched by the call's unique ``turn_id``.
+  ``ToolOutput.data``, handed over by ``dispatch(..., on_output=...)``
+  whole (events carry structured data only up to the event output limit).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import secrets
 from collections.abc import AsyncIterator
@@ -47,7 +43,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
-from eventbus import EventBusError
+from dispatcher.tool import ToolOutput
 from protocol.canonical import ImageBlock, TextBlock, ToolResultBlock, ToolUseBlock
 from server.errors import ApiError, error_body
 from server.middleware import principal_of
@@ -61,12 +57,6 @@ log = logging.getLogger("toolrelay.mcp")
 PATH = "/sessions/{session_id}/mcp"
 # Seconds between progress notifications while a call waits or runs.
 PROGRESS_INTERVAL = 1.0
-# Bound on finding a finished call's tool.completed on the session's stream.
-# The event is durable before the call's result is (normally milliseconds);
-# past this the result goes back without structuredContent, and a warning.
-STRUCTURED_WAIT = 10.0
-# The events that end one call: whichever comes first settles the wait.
-_CALL_ENDS = frozenset({"tool.completed", "tool.failed", "tool.planned", "tool.input_invalid"})
 
 
 class McpEndpoint:
@@ -171,9 +161,10 @@ class McpEndpoint:
         block = ToolUseBlock(id=f"mcp_{token}", name=params.name, input=arguments)
         turn_id = f"mcp_{token}"
         dispatcher = self.runtime.dispatcher
-        # Taken before the call: its tool.completed comes after this cursor.
-        cursor = self.runtime.bus.last_session_seq(dispatch_session.session_id)
-        call = asyncio.ensure_future(dispatcher.dispatch(block, dispatch_session, turn_id=turn_id))
+        outputs: list[ToolOutput] = []
+        call = asyncio.ensure_future(
+            dispatcher.dispatch(block, dispatch_session, turn_id=turn_id, on_output=outputs.append)
+        )
         try:
             step = 0
             while not call.done():
@@ -201,47 +192,8 @@ class McpEndpoint:
             with contextlib.suppress(BaseException):
                 await asyncio.wait({call}, timeout=10)
             raise
-        structured = None
-        if not result.is_error:
-            structured = await self._structured(dispatch_session.session_id, cursor, turn_id)
+        structured = outputs[0].data if outputs and not result.is_error else None
         return _to_mcp(result, structured)
-
-    async def _structured(self, session_id: str, cursor: int, turn_id: str) -> Any:
-        """``data.structured`` of the call's ``tool.completed`` (None when it
-        has none, or the event could not be read in time)."""
-        try:
-            async with asyncio.timeout(STRUCTURED_WAIT):
-                # With a cursor the subscription first reads the log, and a
-                # full queue is refilled from it: no event of the call is lost.
-                async with await self.runtime.bus.subscribe(
-                    session_id=session_id, after=cursor
-                ) as events:
-                    async for record in events:
-                        # Cheap envelope fields first: only our call's end is parsed.
-                        if record.turn_id != turn_id or record.type not in _CALL_ENDS:
-                            continue
-                        if record.type != "tool.completed":
-                            return None
-                        data = json.loads(record.text)["data"]
-                        if data.get("structured_truncated"):
-                            # Events carry structured data only up to the
-                            # event output limit; past it the event has
-                            # null, so the MCP result cannot have it either.
-                            log.warning(
-                                "MCP call %s: its structured result (%s bytes) is over the "
-                                "event output limit; the result goes back without it",
-                                turn_id,
-                                data.get("structured_bytes"),
-                            )
-                        return data.get("structured")
-        except (TimeoutError, EventBusError) as exc:
-            log.warning(
-                "MCP call %s: its tool.completed was not read (%s); "
-                "the result goes back without structuredContent",
-                turn_id,
-                str(exc) or type(exc).__name__,
-            )
-        return None
 
 
 def _to_mcp(result: ToolResultBlock, structured: Any = None) -> types.CallToolResult:

@@ -98,10 +98,24 @@ async def test_structured_results_both_ways(relay: ServerProcess, tmp_path: Path
     workspace = tmp_path / "ws"
     workspace.mkdir()
     (workspace / "a.txt").write_text("alpha\n")
+    many = workspace / "many"
+    many.mkdir()
+    for n in range(1000):  # a listing whose structured data is over the event limit
+        (many / f"{n:04d}-{'x' * 80}.txt").touch()
     sid = await new_session(relay, workspace)
     stream = await Stream.open(relay.ws_url(f"/sessions/{sid}/events", after=0))
     try:
         async with mcp_client(relay, sid) as client:
+            # Events carry structured data up to the event output limit; the MCP
+            # result carries all of it.
+            big = await client.call_tool("list_dir", {"path": "many"})
+            assert not big.is_error
+            assert len(big.structured_content["entries"]) == 1000, big.structured_content
+            big_event = await stream.until(
+                "tool.completed", lambda e: e["data"]["tool_name"] == "list_dir"
+            )
+            assert big_event["data"]["structured"] is None
+            assert big_event["data"]["structured_truncated"] is True
             tools = {t.name: t for t in (await client.list_tools()).tools}
             assert tools["mcp_t_add"].output_schema == {
                 "type": "object",

@@ -76,36 +76,3 @@ class Keys:
 
     def presence_replicas(self, session_id: str) -> str:
         return f"{self.base}:presence:{session_id}"
-
-    # -- state store -----------------------------------------------------------
-    def session(self, session_id: str) -> str:
-        return f"{self.base}:session:{session_id}"
-
-    @property
-    def sessions_live(self) -> str:
-        """Sorted set (all scores 0) of ``<created_at> <id>`` for undeleted sessions."""
-        return f"{self.base}:sessions"
-
-    def sessions_of(self, owner: str) -> str:
-        """Set of every session id ``owner`` created, deleted or not."""
-        return f"{self.base}:sessions_of:{owner}"
-
-    def turn(self, turn_id: str) -> str:
-        return f"{self.base}:turn:{turn_id}"
-
-    def turns_of(self, session_id: str) -> str:
-        """Sorted set: turn id scored by its number."""
-        return f"{self.base}:turns:{session_id}"
-
-    @property
-    def turns_running(self) -> str:
-        """Set of the ids of turns whose status is ``running``."""
-        return f"{self.base}:turns_running"
-
-    def messages(self, session_id: str) -> str:
-        """List of the session's messages (JSON), index = position."""
-        return f"{self.base}:messages:{session_id}"
-
-    def turn_messages(self, turn_id: str) -> str:
-        """List of the message indexes one turn added."""
-        return f"{self.base}:turn_messages:{turn_id}"

@@ -10,8 +10,8 @@ against ``ALLOWED`` and publishes the event that move means, so each event
 goes out exactly once and in order. The road (specs/pipeline.md); a stage
 that is not configured is skipped (the table allows every skip forward)::
 
-    received ─► validated ─► guarded ─► pre_hooked ─► awaiting_confirmation ─┬─► queued ─► running
-                    ▲                       │                                └─► planned (dry-run)
+    received ─► validated ─► guarded ─► pre_hooked ─┬─► awaiting_confirmation ─► queued ─► running
+                    ▲                       │        └─► planned (dry-run: recorded, nobody asked)
                     └── input rewritten ────┘
     running ─► output_validated ─► post_hooked ─► completed
     (every state but the terminal ones may also end in failed or cancelled)

@@ -2,11 +2,14 @@
 
 ``publish`` (a type and a dict) and ``emit`` (a typed ``protocol.payloads``
 model) are synchronous and cheap: they assign ``seq`` and ``session_seq``
-in call order, encode the envelope once and queue it. A writer task drains
-the queue in batches: it commits each batch to the log off the event loop
-(one transaction for many events; see eventbus.log_access for where) and
-only then fans it out, so no subscriber ever sees an event the log does not
-hold. Satisfies ``dispatcher.publisher.EventPublisher`` structurally.
+in call order, encode the envelope once and queue it for the log, which
+commits batches off the event loop (one transaction for many events; see
+eventbus.log_access for where). No subscriber ever sees an event a crash
+could lose: with the log's process, ``publish`` copies the event into the
+event ring (eventbus.ring: a crash of either process keeps it, and the log
+process commits it on its next start) and fans it out at once; otherwise
+the event is fanned out once committed. Satisfies
+``dispatcher.publisher.EventPublisher`` structurally.
 
 All methods are meant for the event loop's thread; ``publish`` is not
 thread-safe.
@@ -17,11 +20,14 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
-from collections.abc import Callable, Collection, Mapping
+from collections import deque
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from functools import partial
 from types import TracebackType
 from typing import Any, Literal
+
+import orjson
 
 from eventbus.encoding import EnvelopeEncoder, UtcClock
 from eventbus.errors import (
@@ -34,9 +40,18 @@ from eventbus.errors import (
     InvalidEvent,
     UnknownEventType,
 )
-from eventbus.log import MAX_REPLAY_LIMIT, MEMORY, EventLog, StorageFault
+from eventbus.log import (
+    MAX_REPLAY_LIMIT,
+    MEMORY,
+    EventLog,
+    LogBehind,
+    OutOfSequence,
+    StorageFault,
+)
 from eventbus.log_access import LogAccess, ProcessLogAccess, ThreadLogAccess
 from eventbus.record import EventRecord
+from eventbus.ring import DEFAULT_CAPACITY as DEFAULT_RING_BYTES
+from eventbus.ring import Ring
 from eventbus.subscription import Subscription, Visibility
 from eventbus.validation import validate_payload
 from protocol.catalog import EventType
@@ -50,6 +65,13 @@ DEFAULT_REPLAY_PAGE_BYTES = 4 * 1024 * 1024
 FANOUT_CHUNK_BYTES = 1024 * 1024
 # Backoff of the writer's retries through a storage fault, and how long it
 # keeps retrying once close() was called (a shutdown must end).
+# The commit path to SQLite (see EventBus._send_ahead): an event published
+# while no batch is in flight to the log process leaves at once; later ones
+# gather into one group commit, sent by the next reply or once GROUP_SEND of
+# them wait. Nothing more is sent while the child's stdin pipe holds
+# MAX_UNSENT_BYTES it could not take yet.
+GROUP_SEND = 256
+MAX_UNSENT_BYTES = 256 * 1024
 RETRY_FIRST_S = 0.05
 RETRY_MAX_S = 1.0
 CLOSE_RETRY_S = 3.0
@@ -79,19 +101,20 @@ class BusStats:
 
 
 class _Batch:
-    """One group commit on its way through the writer.
+    """One group commit on its way to the subscribers.
 
-    ``sent`` is the request's reply future when the batch was handed to the log
-    process ahead of the writer (see ``EventBus._send_ahead``); ``fanned_out``
-    is set by the commit's callback when it fanned the batch out itself.
+    ``committed`` once the log holds it; ``error`` is the reply of an append
+    sent ahead that failed (the writer retries it, see ``EventBus._commit``).
     """
 
-    __slots__ = ("fanned_out", "records", "sent")
+    __slots__ = ("committed", "error", "records", "ring_end")
 
-    def __init__(self, records: list[EventRecord]) -> None:
+    def __init__(self, records: list[EventRecord], ring_end: int = 0) -> None:
         self.records = records
-        self.sent: asyncio.Future[tuple[bytes, bytes]] | None = None
-        self.fanned_out = False
+        self.committed = False
+        self.error: BaseException | None = None
+        # The ring position SQLite holds everything before once this is in.
+        self.ring_end = ring_end
 
 
 def _positive(name: str, value: int) -> int:
@@ -106,9 +129,12 @@ class EventBus:
     ``log=None`` runs without durability: subscribers then cannot replay
     anything that was delivered before they subscribed. ``log_access`` picks
     how a log is written off the loop: ``"process"`` (default for files) or
-    ``"thread"`` (the only choice for ``:memory:``).
+    ``"thread"`` (the only choice for ``:memory:``). With the process, an
+    event is shown as soon as it is copied into the event ring (eventbus.ring,
+    ``ring_bytes`` large), which survives a crash of either process like a
+    commit does; otherwise once it is committed.
 
-    ``max_batch`` bounds one commit. Committed events are fanned out
+    ``max_batch`` bounds one commit. Durable events are fanned out
     ``fanout_chunk`` at a time; before a chunk that would overflow someone's
     queue the writer yields to the loop once, so subscribers that keep up can
     drain. ``max_queue`` bounds each live subscriber's queue (see
@@ -140,6 +166,7 @@ class EventBus:
         validate_payloads: bool | None = None,
         max_pending_bytes: int = 64 * 1024 * 1024,
         on_failure: Callable[[BaseException], None] | None = None,
+        ring_bytes: int = DEFAULT_RING_BYTES,
     ) -> None:
         self._log = log
         self._access: LogAccess | None = None
@@ -149,7 +176,7 @@ class EventBus:
             if log_access == "process":
                 # Absolute: the child must find the file even if the cwd changes.
                 self._access = ProcessLogAccess(
-                    log.path if log.path == MEMORY else os.path.abspath(log.path)
+                    log.path if log.path == MEMORY else os.path.abspath(log.path), ring_bytes
                 )
             elif log_access == "thread":
                 self._access = ThreadLogAccess(log)
@@ -179,18 +206,27 @@ class EventBus:
         self._fault: StorageFault | None = None
         # The log process died while the writer was idle (see _log_lost).
         self._lost: EventLogError | None = None
-        # The process access can take a batch synchronously (see _send_ahead).
+        # The process access takes batches synchronously (see _send_ahead).
         self._sender: ProcessLogAccess | None = None
         if isinstance(self._access, ProcessLogAccess):
             self._access.on_lost = self._log_lost
             self._sender = self._access
-        # The batch taken from _pending and not yet fanned out (at most one: a
-        # batch is sent only once every earlier one is committed and fanned
-        # out); the one sent ahead that settles in its reply callbacks; and
-        # one sent ahead that the writer must take over (see _send_ahead).
-        self._open: _Batch | None = None
-        self._ahead: _Batch | None = None
-        self._handover: _Batch | None = None
+        # Batches sent to the log process whose replies have not come, in seq
+        # order (replies come in that order); and batches the writer task must
+        # finish (retry a failed append, fan out a large batch), in seq order:
+        # while it holds any, later replies queue behind them (see _on_reply).
+        self._inflight: deque[_Batch] = deque()
+        self._settle: deque[_Batch] = deque()
+        # The event ring (eventbus.ring), with the process access: an event is
+        # visible once it is in the ring or committed, whichever comes first.
+        # _unseen: published, not visible yet (the ring was full, or a queue
+        # had to drain first), in seq order; _ring_marks: (seq, ring end) of
+        # ringed events SQLite may not hold yet.
+        self._ring: Ring | None = None
+        self._unseen: deque[EventRecord] = deque()
+        self._ring_marks: deque[tuple[int, int]] = deque()
+        self._ringed_seq = 0
+        self._committed_seq = 0
 
         self._state = "new"  # new -> running -> closing -> closed
         self._failure: BaseException | None = None
@@ -230,14 +266,19 @@ class EventBus:
             raise BusClosed("this event bus was closed; create a new one")
         if self._access is not None:
             self._seq, self._session_seqs = await self._access.start()
-        self._delivered_seq = self._seq
+        if self._sender is not None:
+            self._ring = self._sender.ring
+        self._delivered_seq = self._committed_seq = self._ringed_seq = self._seq
         self._state = "running"
         self._writer = asyncio.create_task(self._run_writer(), name="eventbus-writer")
 
     async def flush(self) -> None:
-        """Wait until every event published so far is committed and fanned out."""
+        """Wait until every event published so far is committed to the log and
+        fanned out."""
         target = self._seq
-        while self._delivered_seq < target:
+        while self._delivered_seq < target or (
+            self._ring is not None and self._committed_seq < target
+        ):
             if self._failure is not None:
                 raise BusClosed("the event bus stopped after an event log failure") from (
                     self._failure
@@ -246,6 +287,20 @@ class EventBus:
                 if self._state == "new":
                     raise BusNotStarted("await bus.start() before flush()")
                 raise BusClosed("the event bus writer is not running")
+            progress = self._progress
+            await progress.wait()
+
+    async def durable(self) -> None:
+        """Wait until every event published so far would survive a crash: in
+        the event ring or committed (with the ring, usually already so: then it
+        returns without suspending). Without a ring, the same as ``flush``."""
+        if self._ring is None:
+            await self.flush()
+            return
+        target = self._seq
+        while self._ringed_seq < target and self._committed_seq < target:
+            if self._failure is not None or self._state == "closed":
+                self._refuse()
             progress = self._progress
             await progress.wait()
 
@@ -414,11 +469,31 @@ class EventBus:
         self._seq = seq
         self._session_seqs[session_id] = session_seq
         pending = self._pending
-        pending.append(EventRecord(seq, session_seq, session_id, name, turn_id, ts, encoded))
-        # With a batch open, its commit (callback or writer) takes the next one.
-        if len(pending) == 1 and self._open is None and not self._send_ahead():
-            self._wake.set()
+        record = EventRecord(seq, session_seq, session_id, name, turn_id, ts, encoded)
+        pending.append(record)
         self._published += 1
+        ring = self._ring
+        if ring is None:
+            if len(pending) == 1:
+                self._wake.set()
+            return
+        if self._unseen:
+            self._unseen.append(record)  # behind events not visible yet
+        else:
+            meta = orjson.dumps((seq, session_seq, session_id, name, turn_id, ts))
+            end = ring.write(seq, meta, encoded)
+            if end is None:
+                self._unseen.append(record)  # visible once committed, or the ring has room
+            else:
+                self._ring_marks.append((seq, end))
+                self._ringed_seq = seq
+                # Durable now (see eventbus.ring): visible at once.
+                if not self._deliver_now([record]):
+                    self._unseen.append(record)
+                    self._wake.set()
+        if not self._inflight or len(pending) >= GROUP_SEND:
+            # Otherwise it gathers into a group commit sent by the next reply.
+            self._send_ahead()
 
     def _refuse(self) -> None:
         if self._state == "new":
@@ -441,35 +516,53 @@ class EventBus:
     # -- the writer -------------------------------------------------------------------
 
     async def _run_writer(self) -> None:
+        """Finishes what the reply callbacks could not, and commits for an
+        in-process log (or fans out, without a log)."""
         try:
             while True:
                 if self._lost is not None:
                     raise self._lost
-                batch = self._handover
-                if batch is not None:
-                    self._handover = None  # sent ahead; its reply needs the writer
-                elif self._ahead is None and self._pending:
-                    # Everything queued so far, up to max_batch, is one group commit;
-                    # while it is in flight, new events queue up for the next one.
+                if self._settle:
+                    batch = self._settle[0]
+                    if not batch.committed:
+                        await self._commit(batch)
+                    # Still at the head until done: replies meanwhile queue behind it.
+                    self._settle.popleft()
+                    self._on_committed(batch)
+                    if not self._settle:
+                        self._send_ahead()  # what gathered while the writer worked
+                    continue
+                if self._unseen and (visible := self._visible_prefix()):
+                    # Fanned out with yields (a queue must drain first); until it is
+                    # done, new events queue behind it in _unseen.
+                    await self._deliver(visible)
+                    for _ in range(len(visible)):
+                        self._unseen.popleft()
+                    continue
+                if self._pending and self._sender is not None and not self._inflight:
+                    # Nothing in flight carries them (a send was refused: the log is
+                    # closing or lost): the writer commits them, or meets the error.
+                    self._settle.append(_Batch(self._pending[: self._max_batch]))
+                    del self._pending[: self._max_batch]
+                    continue
+                if self._pending and self._sender is None:
+                    # An in-process log (or none): the writer commits, then fans out.
                     batch = _Batch(self._pending[: self._max_batch])
                     del self._pending[: self._max_batch]
-                    self._open = batch
-                else:
-                    # (A batch sent ahead settles in its callbacks, or is handed over.)
-                    if self._state != "running" and self._ahead is None:
-                        return
-                    self._wake.clear()
-                    await self._wake.wait()
-                    continue
-                if self._access is not None:
-                    await self._commit(batch)
-                self._count(batch)
-                if batch.fanned_out:
-                    self._signal_progress()
-                else:
+                    if self._access is not None:
+                        await self._commit(batch)
+                    self._count(batch)
                     await self._deliver(batch.records)
-                    if self._open is batch:
-                        self._open = None
+                    continue
+                if (
+                    self._state != "running"
+                    and not self._inflight
+                    and not self._pending
+                    and not self._unseen
+                ):
+                    return
+                self._wake.clear()
+                await self._wake.wait()
         except asyncio.CancelledError:
             self._fail(BusClosed("the event bus writer was cancelled"))
             raise
@@ -482,106 +575,170 @@ class EventBus:
         self._batches += 1
         self._largest_batch = max(self._largest_batch, records)
 
-    def _send_ahead(self) -> bool:
-        """Hand what is pending to the log process now, from ``publish`` or from
-        the previous commit's reply callback, instead of waking the writer task
-        to do it: on a busy loop each wake-up of the writer costs a whole
-        iteration (measured: ``benchmarks/commit_lag.py``). True if sent.
+    def _send_ahead(self) -> None:
+        """Hand what is pending to the log process now, from ``publish``, from a
+        reply's callback or before a replay read, without waiting for the
+        batches already in flight (the child commits them one after another)
+        nor for the writer task (on a busy loop each wake-up of a task costs a
+        whole iteration).
 
-        Only when no batch is open (every earlier one committed and fanned
-        out, so fan-out order holds and nothing is pipelined behind a batch
-        that may fail) and no storage fault is being retried. A batch sent
-        ahead that commits and fans out in its reply callback (the usual case)
-        never involves the writer task; any other outcome (an error reply, the
-        log process gone, a batch too large to fan out at once) is handed over
-        to the writer, which then waits for the reply, retries through storage
-        faults and stops the bus on a failure, as for a batch it sent itself.
+        ``publish`` calls it when no batch is in flight (else events gather
+        into one group commit, sent by the next reply, or once GROUP_SEND of
+        them wait). Nothing is sent while the writer finishes a batch
+        (``_settle``: a failed append is retried before anything behind it)
+        or while the child's pipe is full (it is behind: events gather
+        meanwhile). A batch that fails makes every one sent behind it fail
+        too (OutOfSequence, nothing written); the writer retries them in order.
         """
         sender = self._sender
         if (
             sender is None
-            or self._open is not None
             or not self._pending
-            or self._fault is not None
+            or self._settle
             or self._lost is not None
             or self._failure is not None
             or self._state == "closed"
+            or sender.unsent_bytes > MAX_UNSENT_BYTES
         ):
-            return False
-        batch = _Batch(self._pending[: self._max_batch])
-        try:
-            sent = sender.send_append(batch.records, partial(self._on_committed, batch))
-        except EventLogError:
-            return False  # nothing was written; the writer meets the same error and stops
-        batch.sent = sent
-        del self._pending[: self._max_batch]
-        self._open = self._ahead = batch
-        # Runs after the reply whatever it was (or after a cancellation).
-        sent.add_done_callback(partial(self._ahead_replied, batch))
-        return True
-
-    def _on_committed(self, batch: _Batch) -> None:
-        """The log's reply callback for a committed batch: fan it out right here
-        when it can be (``_deliver_now``), then send the next batch at once."""
-        batch.fanned_out = fanned_out = self._deliver_now(batch.records)
-        if self._ahead is batch:
-            # Sent ahead, and the writer has not taken it: settle it here.
-            self._ahead = None
-            if not fanned_out:
-                self._hand_over(batch)
-                return
-            self._open = None
-            self._count(batch)
-            self._signal_progress()
-            if not self._send_ahead() and (self._pending or self._state != "running"):
-                self._wake.set()  # the writer takes the rest (or ends a close)
             return
-        if fanned_out:
-            if self._open is batch:
-                self._open = None
+        batch = self._take_batch()
+        try:
+            sender.send_append(batch.records, partial(self._on_reply, batch), batch.ring_end)
+        except EventLogError:
+            self._wake.set()  # nothing was written; the writer meets the same error
+            return
+        del self._pending[: len(batch.records)]
+        self._inflight.append(batch)
+
+    def _take_batch(self) -> _Batch:
+        """The next group commit from what is pending (not removed yet), with
+        the ring position SQLite holds everything before once it is in."""
+        records = self._pending[: self._max_batch]
+        last = records[-1].seq
+        marks = self._ring_marks
+        ring_end = 0
+        # (Not popped here: a batch that fails is sent again.)
+        for seq, end in marks:
+            if seq > last:
+                break
+            ring_end = end
+        return _Batch(records, ring_end)
+
+    def _on_reply(self, batch: _Batch, error: BaseException | None) -> None:
+        """The log's reply to a batch sent ahead, in the pipe's read callback:
+        settle a commit right here (``_on_committed``), leave a failure (and
+        everything behind it) to the writer; then send what gathered meanwhile."""
+        if self._failure is not None or self._state == "closed":
+            return  # stopped: nothing more is delivered
+        if not self._inflight or self._inflight[0] is not batch:
+            self._fail(EventLogError("the event log process answered out of order"))
+            return
+        self._inflight.popleft()
+        batch.committed = error is None
+        batch.error = error
+        if error is None and not self._settle:
+            self._on_committed(batch)
             self._send_ahead()
-
-    def _ahead_replied(self, batch: _Batch, _sent: asyncio.Future[tuple[bytes, bytes]]) -> None:
-        # Not settled by _on_committed: an error reply or a failed log process.
-        if self._ahead is batch:
-            self._ahead = None
-            self._hand_over(batch)
-
-    def _hand_over(self, batch: _Batch) -> None:
-        """The writer task takes this sent-ahead batch from here on."""
-        self._handover = batch
+            if self._state != "running" and not self._inflight:
+                self._wake.set()  # the writer ends a close
+            return
+        self._settle.append(batch)
         self._wake.set()
 
-    async def _commit(self, batch: _Batch) -> None:
-        """Commit one batch, riding out storage faults.
+    def _on_committed(self, batch: _Batch) -> None:
+        """SQLite holds ``batch`` (process access): its ring space may be reused,
+        events waiting for it become visible, ``flush`` may return."""
+        self._count(batch)
+        last = batch.records[-1].seq
+        self._committed_seq = last
+        marks = self._ring_marks
+        while marks and marks[0][0] <= last:
+            marks.popleft()
+        if batch.ring_end and self._ring is not None:
+            self._ring.release(batch.ring_end)
+        if self._unseen:
+            visible = self._visible_prefix()
+            if visible and self._deliver_now(visible):
+                for _ in range(len(visible)):
+                    self._unseen.popleft()
+            if self._unseen:
+                self._wake.set()
+        self._signal_progress()
 
-        A StorageFault (disk full, I/O error, read-only) wrote nothing of the
-        batch: the bus turns *degraded* (``fault``), keeps accepting events in
-        memory and retries the same batch with backoff, so it resumes by itself
-        when the fault clears and nothing already acknowledged is lost. It gives
-        up (StorageFault raised: the bus stops for good) when the events held in
+    def _visible_prefix(self) -> list[EventRecord]:
+        """The events at the head of ``_unseen`` that may be shown now: each is
+        committed, or is copied into the ring here (in seq order) if it fits.
+        At most one fan-out chunk."""
+        ring = self._ring
+        out: list[EventRecord] = []
+        for record in self._unseen:
+            if len(out) >= self._fanout_chunk:
+                break
+            seq = record.seq
+            if seq > self._ringed_seq and seq > self._committed_seq:
+                end = None
+                if ring is not None:
+                    meta = orjson.dumps(
+                        (
+                            seq,
+                            record.session_seq,
+                            record.session_id,
+                            record.type,
+                            record.turn_id,
+                            record.ts,
+                        )
+                    )
+                    end = ring.write(seq, meta, record.encoded)
+                if end is None:
+                    break  # waits for its commit (or for room in the ring)
+                self._ring_marks.append((seq, end))
+                self._ringed_seq = seq
+            out.append(record)
+        return out
+
+    async def _commit(self, batch: _Batch) -> None:
+        """Commit one batch the writer holds, riding out storage faults.
+
+        A batch sent ahead may arrive here with its failed reply (``error``);
+        others are appended here. A StorageFault (disk full, I/O error,
+        read-only) wrote nothing of the batch: the bus turns *degraded*
+        (``fault``), keeps accepting events in memory and retries the same
+        batch with backoff, so it resumes by itself when the fault clears and
+        nothing already acknowledged is lost. OutOfSequence (a batch sent
+        behind one that failed) is sent again at once. The bus gives up
+        (StorageFault raised: it stops for good) when the events held in
         memory pass ``max_pending_bytes``, or after ``CLOSE_RETRY_S`` once
         ``close()`` was called. Any other error stops the bus at once.
         """
         assert self._access is not None
-        on_commit = partial(self._on_committed, batch)
-        sent, batch.sent = batch.sent, None
+        error, batch.error = batch.error, None
+        resent = False
         delay = RETRY_FIRST_S
         gave_up_at: float | None = None
         while True:
             try:
-                if sent is not None:
-                    assert self._sender is not None
-                    reply, sent = sent, None
-                    await self._sender.wait_append(reply)
-                else:
-                    await self._access.append(batch.records, on_commit)
+                if error is not None:
+                    failed, error = error, None
+                    raise failed
+                await self._access.append(batch.records, batch.ring_end)
+            except OutOfSequence:
+                # Sent behind a batch that failed, which is in by now: send it again.
+                # Every earlier batch is committed when the writer sends one, so
+                # a refusal of that send is a bug, not a reason to loop.
+                if resent:
+                    raise
+                resent = True
+                continue
             except StorageFault as exc:
                 first = self._fault is None
                 self._fault = exc
                 if first:
                     self._signal_progress()  # waiters may want to look at the fault
-                held = _encoded_size(batch.records) + _encoded_size(self._pending)
+                held = (
+                    _encoded_size(batch.records)
+                    + sum(_encoded_size(b.records) for b in self._settle if b is not batch)
+                    + _encoded_size(self._pending)
+                )
                 if held > self._max_pending_bytes:
                     raise StorageFault(
                         f"{exc}; {held} bytes of events wait in memory, over the "
@@ -596,6 +753,7 @@ class EventBus:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX_S)
                 continue
+            batch.committed = True
             self._fault = None
             return
 
@@ -665,10 +823,12 @@ class EventBus:
         self._failure = exc
         self._fault = None
         self._pending = []
-        ahead, self._ahead, self._open, self._handover = self._ahead, None, None, None
-        if ahead is not None and ahead.sent is not None:
-            # Nobody will wait for its reply now (a late reply is dropped).
-            ahead.sent.cancel()
+        # Late replies to these are dropped (see _on_reply).
+        self._inflight.clear()
+        self._settle.clear()
+        # Ringed but unseen events stay in the ring: a restart commits them.
+        self._unseen.clear()
+        self._ring_marks.clear()
         end = BusClosed(f"the event bus stopped after an event log failure: {exc}")
         end.__cause__ = exc
         self._shutdown(end)
@@ -808,10 +968,37 @@ class EventBus:
             if after < delivered:
                 raise CursorExpired(cursor=after, oldest_cursor=delivered, session_id=session_id)
             return []
+        access = self._access
+        page = await self._consistent_read(
+            lambda through: access.read_page(
+                session_id, after, limit, max_bytes=self._page_bytes, through=through
+            )
+        )
         self._replay_pages += 1
-        page = await self._access.read_page(session_id, after, limit, max_bytes=self._page_bytes)
         self._replay_records += len(page)
         return page
+
+    async def _consistent_read(
+        self, read: Callable[[int], Awaitable[list[EventRecord]]]
+    ) -> list[EventRecord]:
+        """A log read that holds every event fanned out so far (the subscription's
+        seam, see eventbus.subscription). With the ring, an event may be visible
+        before SQLite has it: what is pending is sent ahead of the read (the
+        child answers in order) and the read asks for everything delivered;
+        if an append before it failed (LogBehind), it waits for the retry."""
+        if self._ring is None:
+            return await read(0)
+        target = self._delivered_seq
+        self._send_ahead()
+        for _ in range(2):
+            try:
+                return await read(target)
+            except LogBehind:
+                while self._committed_seq < target:
+                    if self._failure is not None or self._state == "closed":
+                        self._refuse()
+                    await self._progress.wait()
+        raise EventLogError(f"the event log still lacks events up to seq {target} after a commit")
 
     async def _read_visible_page(
         self, sessions: list[str], after: int, limit: int
@@ -822,10 +1009,13 @@ class EventBus:
         if not sessions or self._access is None:
             # Nothing visible, nothing to read: no page is requested at all.
             return []
-        self._replay_pages += 1
-        page = await self._access.read_page(
-            None, after, limit, sessions=sessions, max_bytes=self._page_bytes
+        access = self._access
+        page = await self._consistent_read(
+            lambda through: access.read_page(
+                None, after, limit, sessions=sessions, max_bytes=self._page_bytes, through=through
+            )
         )
+        self._replay_pages += 1
         self._replay_records += len(page)
         return page
 
@@ -852,6 +1042,7 @@ class EventBus:
             self._refuse()
         if self._access is None:
             return 0
+        self._send_ahead()  # what is published goes first (the child answers in order)
         return await self._access.prune(keep_last, max_bytes, max_age_s)
 
     def _unregister(self, sub: Subscription) -> None:

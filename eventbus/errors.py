@@ -12,7 +12,9 @@
     ├── BusNotStarted
     ├── BusClosed
     └── EventLogError                    the durable log failed
-        └── StorageFault                 (eventbus.log) a storage fault stops commits
+        ├── StorageFault                 (eventbus.log) a storage fault stops commits
+        ├── OutOfSequence                (eventbus.log) a batch sent behind one that failed
+        └── LogBehind                    (eventbus.log) a replay the log cannot serve yet
 
 Every error names what was wrong and, where a caller can recover (a cursor
 that is too old, a subscriber that fell behind), carries the number it needs

@@ -148,6 +148,25 @@ _STORAGE_FAULTS = (
 )
 
 
+class OutOfSequence(EventLogError):
+    """A batch does not start right after the last ``seq`` written.
+
+    Nothing of it was written. The bus sends batches ahead of earlier
+    commits' replies (see eventbus.bus); when one of those earlier batches
+    fails, every later one is refused this way until it is retried, so a hole
+    can never be committed. The bus sends the batch again after the earlier
+    one is in.
+    """
+
+
+class LogBehind(EventLogError):
+    """A replay asked for a log that holds events up to a ``seq`` it does not
+    hold yet (an append before it failed and is being retried): nothing was
+    read. Subscribers may already have seen those events (they are durable in
+    the ring, see eventbus.ring), so a page without them would be a gap; the
+    bus waits for the commit and reads again."""
+
+
 class StorageFault(EventLogError):
     """A write failed because of the storage (disk full, I/O error, read-only).
 
@@ -305,8 +324,10 @@ class _Checkpointer:
 class EventLog:
     """Append-only, prunable event log in SQLite. Open with ``EventLog.open(path)``.
 
-    One bus writes to a log at a time: ``append_many`` rejects a batch whose
-    first ``seq`` is not beyond the last one written.
+    One bus writes to a log at a time, without holes: ``append_many`` rejects
+    a batch whose first ``seq`` is at or below the last one written (a second
+    writer, or a replayed batch) and, with OutOfSequence, one that starts
+    beyond the next (an earlier batch is missing).
     """
 
     def __init__(
@@ -415,6 +436,11 @@ class EventLog:
         return self._path
 
     @property
+    def written_through(self) -> int:
+        """The last ``seq`` this writer committed (or found), without a query."""
+        return self._last_seq
+
+    @property
     def closed(self) -> bool:
         return self._closed
 
@@ -452,17 +478,28 @@ class EventLog:
         receives, see ``unpack_rows``): the columns come with the texts."""
         self._insert(unpack_rows(meta_json, texts))
 
+    def append_rows(self, rows: list[Row]) -> None:
+        """Like ``append_many`` for rows already unpacked (see ``unpack_rows``):
+        the log process commits several appends' rows together this way."""
+        self._insert(rows)
+
     def _insert(self, rows: list[Row]) -> None:
         if not rows:
             return
         first, last = rows[0][0], rows[-1][0]
         with self._write_lock:
             self._check_open()
-            if first <= self._last_seq:
+            if first != self._last_seq + 1:
                 if self._uncertain == (first, last) and last <= self._last_seq:
-                    # A retry of a batch whose commit reported an error but landed.
+                    # A retry of a batch whose commit reported an error but landed
+                    # (batches sent behind it may have been committed since).
                     self._uncertain = None
                     return
+                if first > self._last_seq:
+                    raise OutOfSequence(
+                        f"event log {self._path!r}: batch starts at seq {first} but the "
+                        f"log ends at seq {self._last_seq} (an earlier batch is missing)"
+                    )
                 raise EventLogError(
                     f"event log {self._path!r}: batch starts at seq {first} but seq "
                     f"{self._last_seq} is already written (is a second bus writing to it?)"
@@ -485,7 +522,8 @@ class EventLog:
                 self._after_failed_write(first, last)
                 raise
             self._last_seq = last
-            self._uncertain = None
+            if self._uncertain == (first, last):
+                self._uncertain = None  # its retry: it did not land the first time
             if self._checkpointer is not None:
                 self._checkpointer.committed(sum(len(row[6]) for row in rows))
 

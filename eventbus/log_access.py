@@ -35,7 +35,7 @@ from typing import Protocol
 import orjson
 
 from eventbus.errors import CursorExpired, EventLogError
-from eventbus.log import EventLog, StorageFault, unpack_page
+from eventbus.log import EventLog, LogBehind, OutOfSequence, StorageFault, unpack_page
 from eventbus.log_server import (
     APPEND,
     ERROR,
@@ -46,6 +46,7 @@ from eventbus.log_server import (
     frame,
 )
 from eventbus.record import EventRecord
+from eventbus.ring import DEFAULT_CAPACITY, Ring
 
 _SEPARATOR = "\x1e"
 
@@ -53,7 +54,7 @@ _SEPARATOR = "\x1e"
 # even when the server's working directory is elsewhere.
 _BOOT = (
     "import sys; sys.path.insert(0, sys.argv[1]); "
-    "from eventbus.log_server import main; sys.exit(main(sys.argv[2]))"
+    "from eventbus.log_server import main; sys.exit(main(sys.argv[2], int(sys.argv[3])))"
 )
 _PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
 STARTUP_TIMEOUT = 30.0
@@ -68,6 +69,10 @@ EXIT_TIMEOUT = 5.0
 # once (see _ReplyReader): the same one iteration saved, in order.
 
 
+# Told the outcome of an append sent with ``send_append``: None once committed.
+ReplyCallback = Callable[[BaseException | None], None]
+
+
 class LogAccess(Protocol):
     """What the bus needs from its log; every method is safe to await on the loop."""
 
@@ -75,15 +80,11 @@ class LogAccess(Protocol):
         """Open; returns the last ``seq`` and every session's last ``session_seq``."""
         ...
 
-    async def append(
-        self, records: list[EventRecord], on_commit: Callable[[], None] | None = None
-    ) -> None:
+    async def append(self, records: list[EventRecord], ring_end: int = 0) -> None:
         """Commit the records (one group commit) or raise EventLogError.
 
-        ``on_commit`` is called on the loop once the commit is known, before
-        ``append`` returns: the process access calls it from the pipe's read
-        callback, so what it does (the bus fans the batch out) does not wait
-        for the awaiting task to be resumed."""
+        ``ring_end``: the ring position SQLite holds everything before once
+        they are in (0: none; see eventbus.ring)."""
         ...
 
     async def read_page(
@@ -94,11 +95,15 @@ class LogAccess(Protocol):
         *,
         sessions: Sequence[str] | None = None,
         max_bytes: int | None = None,
+        through: int = 0,
     ) -> list[EventRecord]:
         """Up to ``limit`` records after the cursor; CursorExpired if pruned.
 
         ``sessions`` (all-sessions pages only) reads just those sessions' rows;
-        ``max_bytes`` bounds the page's size (see ``EventLog.replay_page``).
+        ``max_bytes`` bounds the page's size (see ``EventLog.replay_page``);
+        ``through``: raise LogBehind (nothing read) unless the log holds every
+        event up to that seq (the process access; the others commit before
+        anyone sees an event).
         """
         ...
 
@@ -136,13 +141,9 @@ class ThreadLogAccess:
         last_seq = await asyncio.to_thread(self._log.last_seq)
         return last_seq, await asyncio.to_thread(self._log.session_counters)
 
-    async def append(
-        self, records: list[EventRecord], on_commit: Callable[[], None] | None = None
-    ) -> None:
+    async def append(self, records: list[EventRecord], ring_end: int = 0) -> None:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._executor, self._log.append_many, records)
-        if on_commit is not None:
-            on_commit()
 
     async def read_page(
         self,
@@ -152,6 +153,7 @@ class ThreadLogAccess:
         *,
         sessions: Sequence[str] | None = None,
         max_bytes: int | None = None,
+        through: int = 0,
     ) -> list[EventRecord]:
         packed = await asyncio.to_thread(
             partial(
@@ -265,22 +267,26 @@ class ProcessLogAccess:
     """Talks to a child process (eventbus.log_server) that owns the log file.
 
     Requests are written as frames to the child's stdin, one ``os.write`` of
-    a frame built in one piece, and answered in order on its stdout; a FIFO of
-    futures pairs them up, resolved in the pipe's read callback
-    (``_ReplyReader``). If the child dies, every pending and later request
-    fails with EventLogError.
+    a frame built in one piece, and answered in order on its stdout; a FIFO
+    pairs them up, resolved in the pipe's read callback (``_ReplyReader``):
+    a request's future, or the callback of an append sent with
+    ``send_append``. If the child dies, every pending and later request fails
+    with EventLogError.
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, ring_capacity: int = DEFAULT_CAPACITY) -> None:
         if path == ":memory:":
             raise ValueError("a :memory: log cannot be shared with a child process")
         self._path = path
+        self._ring_capacity = ring_capacity
+        # The event ring, shared with the child (eventbus.ring); open once started.
+        self.ring: Ring | None = None
         self._transport: asyncio.SubprocessTransport | None = None
         self._protocol: _ChildProtocol | None = None
         self._stdin: asyncio.WriteTransport | None = None
         self._replies: asyncio.ReadTransport | None = None
-        # Each request's future and what to call on the loop when it succeeds.
-        self._waiting: deque[tuple[asyncio.Future[tuple[bytes, bytes]], Callable[[], None] | None]]
+        # Each request's future, or (send_append) the callback its reply goes to.
+        self._waiting: deque[asyncio.Future[tuple[bytes, bytes]] | ReplyCallback]
         self._waiting = deque()
         self._started = False
         self._failure: EventLogError | None = None
@@ -297,7 +303,7 @@ class ProcessLogAccess:
     async def start(self) -> tuple[int, dict[str, int]]:
         loop = asyncio.get_running_loop()
         hello: asyncio.Future[tuple[bytes, bytes]] = loop.create_future()
-        self._waiting.append((hello, None))  # the handshake is the first reply
+        self._waiting.append(hello)  # the handshake is the first reply
         # The replies come over a pipe of our own, read by a read pipe transport
         # (see _ReplyReader); its write end is the child's stdout.
         reply_fd, child_stdout = os.pipe()
@@ -309,6 +315,7 @@ class ProcessLogAccess:
                 _BOOT,
                 _PACKAGE_ROOT,
                 self._path,
+                str(self._ring_capacity),
                 stdin=asyncio.subprocess.PIPE,
                 stdout=child_stdout,
                 stderr=None,
@@ -343,32 +350,47 @@ class ProcessLogAccess:
         if op != OK:
             await self._stop_process()
             raise _error_from(payload)
-        self._started = True
         body = json.loads(payload)
+        ring = body["ring"]
+        try:
+            self.ring = Ring.open(
+                ring["path"], log_inode=int(ring["inode"]), capacity=int(ring["capacity"])
+            )
+        except BaseException:
+            await self._stop_process()
+            raise
+        self.ring.start_at(int(ring["position"]))
+        self._started = True
         return int(body["last_seq"]), {str(k): int(v) for k, v in body["sessions"].items()}
 
-    async def append(
-        self, records: list[EventRecord], on_commit: Callable[[], None] | None = None
-    ) -> None:
+    async def append(self, records: list[EventRecord], ring_end: int = 0) -> None:
         if not records:
             return
-        await self._reply(self._send(APPEND, pack_append(records), on_commit))
+        await self._request(APPEND, pack_append(records, ring_end))
 
     def send_append(
-        self, records: list[EventRecord], on_commit: Callable[[], None]
-    ) -> asyncio.Future[tuple[bytes, bytes]]:
-        """Write an append request now, synchronously; ``wait_append`` its reply.
+        self, records: list[EventRecord], on_reply: ReplyCallback, ring_end: int = 0
+    ) -> None:
+        """Write an append request now, synchronously, without waiting for it.
 
-        For the bus to hand a batch over from ``publish`` or from the previous
-        commit's callback without waiting for its writer task to be resumed
-        (one loop iteration). ``on_commit`` runs in the reply's read callback.
-        Raises EventLogError (nothing written) when the log is closed or lost.
+        For the bus to hand batches over from ``publish`` or from a reply's
+        callback, several in flight at once, instead of awaiting each reply in
+        a task (every wake-up of a task costs a loop iteration). ``on_reply``
+        is called in the pipe's read callback with None once the batch is
+        committed, or with the error (also when the child is lost). Raises
+        EventLogError (nothing written) when the log is closed or lost.
         """
-        return self._send(APPEND, pack_append(records), on_commit)
+        self._check_sendable()
+        # Queued and written in one synchronous step, so replies pair up in order.
+        self._waiting.append(on_reply)
+        self._write(APPEND, pack_append(records, ring_end))
 
-    async def wait_append(self, sent: asyncio.Future[tuple[bytes, bytes]]) -> None:
-        """Wait for the reply of a ``send_append``; raises like ``append``."""
-        await self._reply(sent)
+    @property
+    def unsent_bytes(self) -> int:
+        """Request bytes the child's stdin pipe could not take yet (asyncio holds
+        them): the bus stops sending ahead while the child is this far behind."""
+        stdin = self._stdin
+        return 0 if stdin is None else stdin.get_write_buffer_size()
 
     async def read_page(
         self,
@@ -378,12 +400,15 @@ class ProcessLogAccess:
         *,
         sessions: Sequence[str] | None = None,
         max_bytes: int | None = None,
+        through: int = 0,
     ) -> list[EventRecord]:
         request: dict[str, object] = {"session_id": session_id, "after": after, "limit": limit}
         if sessions is not None:
             request["sessions"] = list(sessions)
         if max_bytes is not None:
             request["max_bytes"] = max_bytes
+        if through:
+            request["through"] = through
         reply = (await self._request(REPLAY, json.dumps(request).encode())).decode()
         meta, _, texts = reply.partition("\n")
         return unpack_page(meta, texts or None)
@@ -406,6 +431,8 @@ class ProcessLogAccess:
         self._transport.close()
         if self._replies is not None:
             self._replies.close()
+        if self.ring is not None:
+            self.ring.close()
         self._fail_waiting(EventLogError(f"the event log {self._path!r} is closed"))
 
     def abort(self) -> None:
@@ -417,48 +444,42 @@ class ProcessLogAccess:
     # -- plumbing --------------------------------------------------------------------
 
     async def _request(self, op: bytes, payload: bytes) -> bytes:
-        return await self._reply(self._send(op, payload, None))
-
-    def _send(
-        self, op: bytes, payload: bytes, on_ok: Callable[[], None] | None
-    ) -> asyncio.Future[tuple[bytes, bytes]]:
-        """Write one request frame; the future of its reply."""
-        if self._failure is not None:
-            raise self._failure
-        stdin, protocol = self._stdin, self._protocol
-        if self._closing or stdin is None or protocol is None or stdin.is_closing():
-            raise EventLogError(f"the event log {self._path!r} is closed")
+        """Write one request frame and wait for its reply (flow control included)."""
+        self._check_sendable()
         future: asyncio.Future[tuple[bytes, bytes]] = asyncio.get_running_loop().create_future()
-        # Written and queued in one synchronous step, so replies pair up in order.
-        self._waiting.append((future, on_ok))
-        stdin.write(frame(op, payload))
-        return future
-
-    async def _reply(self, future: asyncio.Future[tuple[bytes, bytes]]) -> bytes:
+        # Queued and written in one synchronous step, so replies pair up in order.
+        self._waiting.append(future)
+        self._write(op, payload)
         if not future.done():
             assert self._protocol is not None
             await self._protocol.drain()
         reply_op, reply = await future
-        if reply_op == OK:
-            return reply
-        if reply_op == ERROR:
-            raise _error_from(reply)
-        raise EventLogError(f"the event log process sent an unknown reply {reply_op!r}")
+        failure = _reply_error(reply_op, reply)
+        if failure is not None:
+            raise failure
+        return reply
+
+    def _check_sendable(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+        stdin = self._stdin
+        if self._closing or stdin is None or self._protocol is None or stdin.is_closing():
+            raise EventLogError(f"the event log {self._path!r} is closed")
+
+    def _write(self, op: bytes, payload: bytes) -> None:
+        assert self._stdin is not None
+        self._stdin.write(frame(op, payload))
 
     def _on_reply(self, op: bytes, payload: bytes) -> None:
         if not self._waiting:
             self._fail(EventLogError("the event log process sent a reply nobody asked for"))
             return
-        future, on_ok = self._waiting.popleft()
-        if future.done():
-            return  # the caller gave up (cancelled): the reply is dropped
-        if op == OK and on_ok is not None:
-            try:
-                on_ok()
-            except Exception as exc:
-                future.set_exception(exc)
-                return
-        future.set_result((op, payload))
+        waiter = self._waiting.popleft()
+        if isinstance(waiter, asyncio.Future):
+            if not waiter.done():  # else the caller gave up (cancelled): dropped
+                waiter.set_result((op, payload))
+            return
+        waiter(_reply_error(op, payload))
 
     def _on_child_gone(self, partial_frame: bool) -> None:
         if self._closing:
@@ -487,9 +508,11 @@ class ProcessLogAccess:
 
     def _fail_waiting(self, exc: EventLogError) -> None:
         while self._waiting:
-            future, _ = self._waiting.popleft()
-            if not future.done():
-                future.set_exception(exc)
+            waiter = self._waiting.popleft()
+            if not isinstance(waiter, asyncio.Future):
+                waiter(exc)
+            elif not waiter.done():
+                waiter.set_exception(exc)
 
     async def _stop_process(self) -> None:
         """Close the child's stdin (it exits at end of input); kill it if it lingers."""
@@ -507,16 +530,28 @@ class ProcessLogAccess:
                 await asyncio.shield(protocol.exited)
 
 
-def pack_append(records: list[EventRecord]) -> bytes:
-    """An append request's payload: the index columns as JSON, a newline, and
-    the envelopes' UTF-8 text joined by 0x1E (see eventbus.log_server).
+def pack_append(records: list[EventRecord], ring_end: int = 0) -> bytes:
+    """An append request's payload: the ring position (see eventbus.ring), a
+    newline, the index columns as JSON, a newline, and the envelopes' UTF-8
+    text joined by 0x1E (see eventbus.log_server).
 
     The texts are joined and encoded once for the whole batch (records hold
     text, see eventbus.record), nothing is parsed out of them."""
     meta = orjson.dumps(
         [(r.seq, r.session_seq, r.session_id, r.type, r.turn_id, r.ts) for r in records]
     )
-    return b"".join((meta, b"\n", _SEPARATOR.join([r.text for r in records]).encode()))
+    return b"".join(
+        (b"%d\n" % ring_end, meta, b"\n", _SEPARATOR.join([r.text for r in records]).encode())
+    )
+
+
+def _reply_error(op: bytes, payload: bytes) -> EventLogError | CursorExpired | None:
+    """None for an OK reply, else the error it reports."""
+    if op == OK:
+        return None
+    if op == ERROR:
+        return _error_from(payload)
+    return EventLogError(f"the event log process sent an unknown reply {op!r}")
 
 
 def _error_from(payload: bytes) -> EventLogError | CursorExpired:
@@ -533,4 +568,8 @@ def _error_from(payload: bytes) -> EventLogError | CursorExpired:
     message = str(body.get("message", "the event log process failed"))
     if body.get("kind") == "storage":
         return StorageFault(message, cause=str(body.get("cause", message)))
+    if body.get("kind") == "sequence":
+        return OutOfSequence(message)
+    if body.get("kind") == "behind":
+        return LogBehind(message)
     return EventLogError(message)

@@ -198,7 +198,7 @@ class Services:
             publisher=self._bus,
             dispatch_session=lambda record: self.sessions.dispatch_session(record),
             message_runner=message_runner,
-            wait_durable=self._bus.flush,
+            wait_durable=self._bus.durable,
             storage_fault=self.storage_fault,
         )
         self._sessions = SessionRegistry(

@@ -75,7 +75,8 @@ def check_storage(storage_fault: StorageFault | None) -> None:
 class TurnSupervisor:
     """See the module docstring. ``dispatch_session`` gives a session's
     DispatchSession (the session registry's); ``wait_durable`` waits until
-    every event published so far is in the durable log; ``storage_fault``
+    every event published so far would survive a crash (the bus's
+    ``durable``: in the event ring or the log); ``storage_fault``
     says what fails the storage now (None: healthy)."""
 
     def __init__(

@@ -197,6 +197,11 @@ class ClusterBus:
         if self.failure is not None:
             raise BusClosed(f"the cluster bus stopped: {self.failure}") from self.failure
 
+    async def durable(self) -> None:
+        """Wait until everything published so far would survive a crash: here,
+        once it is in Redis (``flush``)."""
+        await self.flush()
+
     async def subscribe(
         self,
         *,

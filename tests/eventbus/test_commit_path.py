@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import sqlite3
 import time
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 
-from eventbus import EventBus, EventLog, EventRecord
-from eventbus.log import CHECKPOINT_BYTES, StorageFault
-from eventbus.log_access import ProcessLogAccess
+import pytest
 
-from .conftest import STEP_TIMEOUT
+from eventbus import BusClosed, EventBus, EventLog, EventRecord
+from eventbus.errors import EventLogError
+from eventbus.log import CHECKPOINT_BYTES, OutOfSequence, StorageFault
+from eventbus.log_access import ProcessLogAccess
+from eventbus.ring import Ring
+
+from .conftest import STEP_TIMEOUT, take
 from .test_log import make_records
 
 
@@ -42,7 +48,7 @@ def test_commits_never_checkpoint_and_the_checkpointer_does(tmp_path: Path) -> N
         assert reader.execute("SELECT COUNT(*) FROM events").fetchone()[0] == seq - 1
 
 
-async def test_small_and_large_batches_are_delivered_in_order_after_commit(
+async def test_small_and_large_bursts_are_delivered_in_order_and_logged(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "events.db"
@@ -57,15 +63,12 @@ async def test_small_and_large_batches_are_delivered_in_order_after_commit(
                 bus.publish("message.delta", {"text": str(i)}, session_id=f"s{i % 2}")
             await asyncio.sleep(0)
         expected = bus.last_seq
-        seen = 0
-        async with asyncio.timeout(STEP_TIMEOUT):
-            async for record in sub:
-                seen += 1
-                assert record.seq == seen
-                row = reader.execute("SELECT json FROM events WHERE seq = ?", (record.seq,))
-                assert row.fetchone() == (record.text,)
-                if seen == expected:
-                    break
+        received = await take(sub, expected)
+        assert [r.seq for r in received] == list(range(1, expected + 1))
+        await bus.flush()  # committed: SQLite holds each, as delivered
+        for record in received:
+            row = reader.execute("SELECT json FROM events WHERE seq = ?", (record.seq,))
+            assert row.fetchone() == (record.text,)
         await bus.close()
         assert bus.stats().committed == expected
     finally:
@@ -73,47 +76,110 @@ async def test_small_and_large_batches_are_delivered_in_order_after_commit(
         log.close()
 
 
-async def test_an_idle_bus_hands_the_first_event_to_the_log_from_publish(tmp_path: Path) -> None:
-    """Send-ahead: nothing waits for the writer task to wake; one batch in flight."""
-    log = EventLog.open(tmp_path / "events.db")
-    reader = sqlite3.connect(tmp_path / "events.db")
+async def test_events_are_seen_while_the_log_process_is_frozen_and_survive_its_death(
+    tmp_path: Path,
+) -> None:
+    """Visible once in the ring: a stopped log process delays nothing, and what
+    was seen survives killing it (the next start commits it from the ring)."""
+    path = tmp_path / "events.db"
+    log = EventLog.open(path)
     try:
         bus = EventBus(log)
         await bus.start()
         sub = await bus.subscribe(session_id="s")
-        bus.publish("message.delta", {"text": "first"}, session_id="s")
-        # Sent before this task yielded even once (the writer never ran).
-        assert bus.stats().pending == 0
-        # While it is in flight, later events queue for the next group commit.
-        bus.publish("message.delta", {"text": "second"}, session_id="s")
-        bus.publish("message.delta", {"text": "third"}, session_id="s")
-        assert bus.stats().pending == 2
-        got = []
-        async with asyncio.timeout(STEP_TIMEOUT):
-            for _ in range(3):
-                record = await anext(sub)
-                # Durable before visible, whichever path sent it.
-                row = reader.execute("SELECT json FROM events WHERE seq = ?", (record.seq,))
-                assert row.fetchone() == (record.text,)
-                got.append(record.session_seq)
-        assert got == [1, 2, 3]
+        pid = bus.log_process_pid
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)  # the child this test's bus started
+        try:
+            for i in range(50):
+                bus.publish("message.delta", {"text": f"seen {i}"}, session_id="s")
+            seen = [r.text for r in await take(sub, 50)]
+            assert log.count() == 0  # SQLite has none of them yet
+        finally:
+            os.kill(pid, signal.SIGKILL)  # (a stopped process dies of it too)
+        with pytest.raises(BusClosed):
+            await bus.flush()
         await bus.close()
-        assert bus.stats().batches == 2
+        assert log.count() == 0
+        # A restart's log process commits them from the ring before anything reads.
+        again = EventBus(log)
+        await again.start()
+        replay = await again.subscribe(session_id="s", after=0)
+        assert [r.text for r in await take(replay, 50)] == seen
+        again.publish("message.delta", {"text": "next"}, session_id="s")
+        assert (await anext(replay)).session_seq == 51
+        await again.close()
+        assert log.count() == 51
     finally:
-        reader.close()
         log.close()
 
 
-class _FlakySender(ProcessLogAccess):
-    """A process access whose first ``faults`` commits fail with a storage fault
-    (for real, the child answers that way on a full disk); the rest commit into
-    an in-process log, answered on a later loop iteration as the pipe would."""
+async def test_a_full_ring_shows_events_once_committed_in_order(tmp_path: Path) -> None:
+    """Events that do not fit in the ring wait for their commit; order holds."""
+    log = EventLog.open(tmp_path / "events.db")
+    try:
+        bus = EventBus(log, ring_bytes=64 * 1024)
+        await bus.start()
+        sub = await bus.subscribe(session_id="s")
+        big = "x" * 6000
+        for i in range(40):  # ~240 KB: more than the ring holds at once
+            bus.publish("message.delta", {"text": big, "i": i}, session_id="s")
+        got = [r.session_seq for r in await take(sub, 40)]
+        assert got == list(range(1, 41))
+        # One larger than a quarter of the ring never goes into it.
+        bus.publish("message.delta", {"text": "y" * 20_000}, session_id="s")
+        assert (await anext(sub)).session_seq == 41
+        await bus.close()
+        assert log.count() == 41
+    finally:
+        log.close()
 
-    def __init__(self, log: EventLog, faults: int) -> None:
+
+async def test_the_log_process_refuses_a_batch_that_would_leave_a_hole(tmp_path: Path) -> None:
+    """Appends sent back to back through the real child: each is committed only
+    if it continues the log, so one sent behind a failed one fails too."""
+    access = ProcessLogAccess(str(tmp_path / "events.db"))
+    await access.start()
+    try:
+        replies: list[tuple[str, BaseException | None]] = []
+        batches = {
+            "first": make_records([("s", {"text": "a"})] * 2),
+            # Seqs 5-6: as if the batch with 3-4 had failed before it.
+            "behind a hole": make_records([("s", {"text": "b"})] * 2, first_seq=5),
+            "next": make_records([("s", {"text": "c"})] * 2, first_seq=3, start={"s": 2}),
+        }
+
+        def on_reply(name: str) -> Callable[[BaseException | None], None]:
+            return lambda error: replies.append((name, error))
+
+        for name, records in batches.items():
+            access.send_append(records, on_reply(name))
+        async with asyncio.timeout(STEP_TIMEOUT):
+            while len(replies) < 3:  # noqa: ASYNC110 (the callbacks are the API under test)
+                await asyncio.sleep(0.01)
+        assert [name for name, _ in replies] == list(batches)  # in the order sent
+        assert replies[0][1] is None and replies[2][1] is None
+        refused = replies[1][1]
+        assert isinstance(refused, OutOfSequence) and "earlier batch is missing" in str(refused)
+        pages = await access.read_page(None, 0, 10)
+        assert [r.seq for r in pages] == [1, 2, 3, 4]
+    finally:
+        await access.close()
+
+
+class _FlakySender(ProcessLogAccess):
+    """A process access whose first ``faults`` appends of the batch holding seq 1
+    fail with a storage fault (for real, the child answers that way on a full
+    disk); the rest go to an
+    in-process log, which refuses what does not continue it as the child does,
+    answered on a later loop iteration as the pipe would."""
+
+    def __init__(self, log: EventLog, faults: int, ring: Ring) -> None:
         super().__init__("unused-path")
         self.log = log
         self.faults = faults
         self.sent: list[list[int]] = []
+        self.ring = ring
 
     async def start(self) -> tuple[int, dict[str, int]]:
         return 0, {}
@@ -124,44 +190,49 @@ class _FlakySender(ProcessLogAccess):
     def abort(self) -> None:
         return None
 
-    def send_append(
-        self, records: list[EventRecord], on_commit: Callable[[], None]
-    ) -> asyncio.Future[tuple[bytes, bytes]]:
+    @property
+    def unsent_bytes(self) -> int:
+        return 0
+
+    def _outcome(self, records: list[EventRecord]) -> BaseException | None:
         self.sent.append([r.seq for r in records])
-        future: asyncio.Future[tuple[bytes, bytes]] = asyncio.get_running_loop().create_future()
-
-        def reply() -> None:
-            if self.faults:
-                self.faults -= 1
-                future.set_exception(StorageFault("disk full", cause="disk full (test)"))
-                return
+        if self.faults and records[0].seq == 1:
+            self.faults -= 1
+            return StorageFault("disk full", cause="disk full (test)")
+        try:
             self.log.append_many(records)
-            on_commit()
-            future.set_result((b"K", b""))
+        except EventLogError as exc:
+            return exc
+        return None
 
-        asyncio.get_running_loop().call_soon(reply)
-        return future
-
-    async def wait_append(self, sent: asyncio.Future[tuple[bytes, bytes]]) -> None:
-        await sent
-
-    async def append(
-        self, records: list[EventRecord], on_commit: Callable[[], None] | None = None
+    def send_append(
+        self,
+        records: list[EventRecord],
+        on_reply: Callable[[BaseException | None], None],
+        ring_end: int = 0,
     ) -> None:
-        await self.wait_append(self.send_append(records, on_commit or (lambda: None)))
+        asyncio.get_running_loop().call_soon(lambda: on_reply(self._outcome(records)))
+
+    async def append(self, records: list[EventRecord], ring_end: int = 0) -> None:
+        await asyncio.sleep(0)
+        error = self._outcome(records)
+        if error is not None:
+            raise error
 
 
-async def test_a_batch_sent_ahead_rides_out_a_storage_fault_in_order(tmp_path: Path) -> None:
+async def test_a_failed_batch_is_retried_before_the_ones_sent_behind_it(tmp_path: Path) -> None:
     log = EventLog.open(tmp_path / "events.db")
     try:
         bus = EventBus(log, log_access="thread")
         # The bus sends ahead through any ProcessLogAccess: give it a flaky one.
-        flaky = _FlakySender(log, faults=2)
+        ring = Ring.open(str(tmp_path / "events.ring"), log_inode=1, capacity=64 * 1024)
+        flaky = _FlakySender(log, faults=2, ring=ring)
         bus._access = bus._sender = flaky
         await bus.start()
         sub = await bus.subscribe(session_id="s")
-        bus.publish("message.delta", {"text": "a"}, session_id="s")  # sent ahead, fails
+        bus.publish("message.delta", {"text": "a"}, session_id="s")  # sent, fails
         bus.publish("message.delta", {"text": "b"}, session_id="s")
+        bus._send_ahead()  # sent behind it (as a replay read would)
         async with asyncio.timeout(STEP_TIMEOUT):
             for _ in range(1000):  # the first reply fails a loop iteration later
                 if bus.fault is not None:
@@ -169,16 +240,19 @@ async def test_a_batch_sent_ahead_rides_out_a_storage_fault_in_order(tmp_path: P
                 await asyncio.sleep(0)
             assert bus.fault is not None
             bus.publish("message.delta", {"text": "c"}, session_id="s")
-            # Nothing is sent ahead while the fault is retried, nothing delivered.
-            assert sub.queued == 0
-            await bus.flush()
+            # Nothing is sent while the fault is retried; all are seen (in the ring).
+            sent_during_fault = len(flaky.sent)
             got = [(await anext(sub)).session_seq for _ in range(3)]
-        assert got == [1, 2, 3] and bus.fault is None
-        # The failed batch was retried alone, twice, before anything behind it.
-        assert flaky.sent[:3] == [[1], [1], [1]]
-        assert [seq for batch in flaky.sent[3:] for seq in batch] == [2, 3]
+            assert got == [1, 2, 3]
+            await bus.flush()
+        assert bus.fault is None
+        # Both were sent at once; the one behind the failure was refused (no
+        # hole), and sent again only once the failed one was in, then "c".
+        assert flaky.sent == [[1], [2], [1], [1], [2], [3]]
+        assert sent_during_fault <= 4
         assert [r.seq for r in log.replay(after_seq=0, limit=10)] == [1, 2, 3]
         await bus.close()
+        ring.close()
     finally:
         log.close()
 
@@ -207,9 +281,11 @@ def test_a_record_holds_its_envelope_once() -> None:
     )
 
 
-async def test_a_sent_ahead_batch_too_large_to_fan_out_at_once_goes_to_the_writer(
+async def test_a_full_subscriber_queue_makes_later_events_wait_in_order(
     tmp_path: Path,
 ) -> None:
+    """Events that cannot be fanned out at publish (a queue is full) wait, and
+    the writer fans them out with yields; nothing overtakes, nobody is cut off."""
     log = EventLog.open(tmp_path / "events.db")
     try:
         bus = EventBus(log, fanout_chunk=4, max_queue=8)
@@ -217,17 +293,14 @@ async def test_a_sent_ahead_batch_too_large_to_fan_out_at_once_goes_to_the_write
         sub = await bus.subscribe(session_id="s")
         got: list[int] = []
         async with asyncio.timeout(STEP_TIMEOUT):
-            for burst in range(3):
-                # The first event leaves at once; the other 11 follow as one batch,
-                # sent from the first one's reply callback: three chunks of 4.
-                for i in range(12):
-                    bus.publish("message.delta", {"text": f"{burst}.{i}"}, session_id="s")
-                for _ in range(12):
+            for n in range(3):
+                for i in range(20):  # more than the subscriber's queue holds
+                    bus.publish("message.delta", {"text": f"{n}.{i}"}, session_id="s")
+                for _ in range(20):
                     got.append((await anext(sub)).session_seq)
-        assert got == list(range(1, 37))
+        assert got == list(range(1, 61))
         await bus.close()
         stats = bus.stats()
-        assert stats.committed == 36 and stats.dropped_subscribers == 0
-        assert stats.largest_batch == 11
+        assert stats.committed == 60 and stats.dropped_subscribers == 0
     finally:
         log.close()

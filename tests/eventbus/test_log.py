@@ -231,7 +231,7 @@ def test_a_packed_append_carries_its_columns_beside_the_text(log: EventLog) -> N
     # What the log process receives: the index columns travel in the frame,
     # nothing is parsed out of the envelope text.
     records = make_records(interleaved(4))
-    meta, _, texts = pack_append(records).decode().partition("\n")
+    meta, _, texts = pack_append(records).decode().partition("\n")[2].partition("\n")
     log.append_packed(meta, texts)
     replayed = log.replay(limit=10)
     assert [(r.seq, r.session_seq, r.session_id, r.type, r.turn_id, r.ts) for r in replayed] == [
@@ -283,7 +283,7 @@ def test_any_envelope_round_trips_exactly(
         data=data,
     )
     sent = EventRecord(1, 1, session_id, "tool.completed", turn_id, "ts", text)
-    meta, _, texts = pack_append([sent]).decode().partition("\n")
+    meta, _, texts = pack_append([sent]).decode().partition("\n")[2].partition("\n")
     with EventLog.open(":memory:") as log:
         log.append_packed(meta, texts)
         (record,) = log.replay_session(session_id, after_session_seq=0, limit=1)

@@ -119,14 +119,17 @@ async def test_kill_9_during_a_burst_of_writes(
     counts = _check_files(writer_ws / "out", (0, 1))
     assert counts[1] >= 20, counts  # the kill really came in the middle
     assert counts[0] >= 1, counts  # ... and not after the end
+    assert_gapless(logged_events(srv.data_dir))
+
+    srv.start()
+    # Durable before visible: every event any client received is in the log,
+    # unchanged, once the restart's log process committed what the crash left
+    # only in the event ring (it does so before the server reads the log).
     logged = logged_events(srv.data_dir)
     assert_gapless(logged)
     by_id = {e["id"]: e for e in logged}
     delivered = [e for events in received for e in events]
-    # Durable before visible: every event any client received is in the log, unchanged.
     assert delivered and all(by_id.get(e["id"]) == e for e in delivered)
-
-    srv.start()
     async with srv.client("after") as http:
         for sid, tid in ((writer, write_turn), (flooder, flood_turn)):
             turn = await wait_turn(http, sid, tid)
@@ -161,10 +164,12 @@ async def test_kill_9_during_a_pending_confirmation(
     srv.kill()
     assert not (workspace / "note.txt").exists()
     assert integrity(srv.data_dir / "events.sqlite3") == "ok"
-    logged = logged_events(srv.data_dir)
-    assert [e for e in logged if e["session_id"] == sid][: len(before)] == before
 
     srv.start()
+    # What the client saw is in the log (the restart commits what the crash
+    # left only in the event ring before the server reads the log).
+    logged = logged_events(srv.data_dir)
+    assert [e for e in logged if e["session_id"] == sid][: len(before)] == before
     async with srv.client("alice") as http:
         turn = await wait_turn(http, sid, tid)
         assert turn["status"] == "failed" and turn["reason"] == "server_restart"

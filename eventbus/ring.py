@@ -1,0 +1,232 @@
+"""The event ring: where an event becomes durable before anyone sees it.
+
+A fixed-size file beside the log (``<log>.ring``), mapped into memory by the
+server and by its log process. The bus copies each event into it at publish
+(a ``memcpy`` into the page cache: no system call, no round trip) and may
+show the event to subscribers at once: from then on a crash of either
+process loses nothing, because the pages belong to the kernel, not to the
+process. The log process still commits every event to SQLite (the ring is
+not the log: it holds only what SQLite may not have yet); after each commit
+it records in the ring's header how far SQLite has it, and the server may
+overwrite what lies before. When the log process starts, it first commits
+what the ring holds beyond the log's last ``seq`` (events a crash left only
+there), so a restarted server's log is complete before anything reads it.
+
+What it promises is what a WAL commit with ``synchronous=NORMAL`` promises
+(see eventbus.log): it survives the crash or kill of any process, and a
+power failure may lose the newest events, never tear one. Why a ring and not
+the round trip: see specs/event-bus-and-trace-catalog.md, "Commit path".
+
+Layout: a 4 KiB header (magic, capacity, the log file's inode, and the ring
+position SQLite has everything before), then ``capacity`` bytes of records.
+A position is a byte count since the ring was made (it only grows); a
+record lies at ``position % capacity``. Each record is a 16-byte header
+(payload length, CRC-32 of seq and payload, seq) and its payload: the index
+columns as a JSON array, a newline, the envelope; records start on 16-byte
+boundaries. A record that would cross the end is preceded by a wrap marker
+(length ``WRAP``) and starts again at offset 0. The record's header is
+written after its payload, and the CRC tells a record torn by a crash from a
+whole one; a record of an earlier lap has a smaller ``seq`` than the one
+expected, which ends a scan.
+
+Hand-written because it is the domain: the durability guarantee of the
+event path, with no library in between to reason about.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import struct
+import zlib
+from typing import Any
+
+from eventbus.errors import EventLogError
+
+MAGIC = b"TRLYRNG1"
+HEADER_SIZE = 4096
+_HEADER = struct.Struct("<8sQQQ")  # magic, capacity, log inode, ingested position
+_INGESTED_AT = 32 - 8
+RECORD = struct.Struct("<IIQ")  # payload length, crc32, seq
+ALIGN = 16
+WRAP = 0xFFFF_FFFF
+DEFAULT_CAPACITY = 8 * 1024 * 1024
+SUFFIX = ".ring"
+
+
+def ring_path(log_path: str) -> str:
+    """Where the ring of the log at ``log_path`` lives."""
+    return log_path + SUFFIX
+
+
+def _aligned(size: int) -> int:
+    return (size + ALIGN - 1) & ~(ALIGN - 1)
+
+
+def _seq_crc(seq: int) -> int:
+    return zlib.crc32(seq.to_bytes(8, "little"))
+
+
+def _crc(seq: int, payload: bytes | memoryview) -> int:
+    return zlib.crc32(payload, _seq_crc(seq))
+
+
+class Ring:
+    """One side's mapping of the ring file. Open with ``Ring.open``.
+
+    The server writes (``write``) and learns what it may overwrite
+    (``release``); the log process reads what a crash left (``recover``) and
+    records how far SQLite has it (``mark_ingested``). Positions only grow.
+    """
+
+    def __init__(self, path: str, fd: int, mapped: mmap.mmap, capacity: int) -> None:
+        self.path = path
+        self._fd = fd
+        self._map = mapped
+        self.capacity = capacity
+        # The largest record written to the ring (larger events are made visible
+        # once committed instead, see EventBus).
+        self.max_record = capacity // 4
+        ingested = self.ingested
+        self._position = ingested  # the writer's next position (set by start_at)
+        self._released = ingested  # the writer may overwrite before this
+
+    # -- opening -----------------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: str, *, log_inode: int, capacity: int = DEFAULT_CAPACITY) -> Ring:
+        """Open the ring at ``path``, making it (space reserved) if it is missing,
+        of another capacity, or of another log file (``log_inode``): a ring
+        never resurrects events into a log that is not the one they were for.
+        Raises EventLogError naming the path when it cannot be made."""
+        if capacity < 64 * 1024 or capacity % ALIGN:
+            raise ValueError(f"ring capacity must be >= 64 KiB and a multiple of {ALIGN}")
+        size = HEADER_SIZE + capacity
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise EventLogError(f"cannot open the event ring {path!r}: {exc}") from exc
+        try:
+            header = os.pread(fd, _HEADER.size, 0)
+            fresh = len(header) < _HEADER.size or _HEADER.unpack(header)[:3] != (
+                MAGIC,
+                capacity,
+                log_inode,
+            )
+            if fresh:
+                os.ftruncate(fd, 0)
+                # Reserved now, so that writing through the mapping can never
+                # meet a full disk (which would be SIGBUS, not an error).
+                os.posix_fallocate(fd, 0, size)
+                os.pwrite(fd, _HEADER.pack(MAGIC, capacity, log_inode, 0), 0)
+            mapped = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except OSError as exc:
+            os.close(fd)
+            raise EventLogError(f"cannot make the event ring {path!r}: {exc}") from exc
+        return cls(path, fd, mapped, capacity)
+
+    def close(self) -> None:
+        """Unmap and close (what was written stays in the file)."""
+        if not self._map.closed:
+            self._map.close()
+            os.close(self._fd)
+
+    # -- the header --------------------------------------------------------------
+
+    @property
+    def ingested(self) -> int:
+        """The position before which SQLite holds every event of the ring."""
+        return int.from_bytes(self._map[_INGESTED_AT : _INGESTED_AT + 8], "little")
+
+    def mark_ingested(self, position: int) -> None:
+        """Log process: SQLite now holds every event before ``position``."""
+        if position > self.ingested:
+            self._map[_INGESTED_AT : _INGESTED_AT + 8] = position.to_bytes(8, "little")
+
+    # -- the server's side -------------------------------------------------------
+
+    def start_at(self, position: int) -> None:
+        """Server: write from ``position`` on (where the log process's scan ended)."""
+        self._position = self._released = position
+
+    @property
+    def position(self) -> int:
+        """Server: where the next record goes."""
+        return self._position
+
+    def release(self, position: int) -> None:
+        """Server: SQLite holds everything before ``position``; it may be overwritten."""
+        if position > self._released:
+            self._released = position
+
+    def write(self, seq: int, meta: bytes, envelope: bytes) -> int | None:
+        """Copy one event in; its end position, or None when it does not fit now
+        (the ring is full of what SQLite does not hold yet) or ever (larger
+        than ``max_record``)."""
+        length = len(meta) + 1 + len(envelope)
+        need = _aligned(RECORD.size + length)
+        if need > self.max_record:
+            return None
+        position = self._position
+        offset = position % self.capacity
+        room = self.capacity - offset
+        skip = room if need > room else 0
+        if position + skip + need - self._released > self.capacity:
+            return None
+        mapped = self._map
+        if skip:
+            RECORD.pack_into(mapped, HEADER_SIZE + offset, WRAP, 0, 0)
+            position += skip
+            offset = 0
+        start = HEADER_SIZE + offset + RECORD.size
+        middle = start + len(meta)
+        end = middle + 1 + len(envelope)
+        mapped[start:middle] = meta
+        mapped[middle : middle + 1] = b"\n"
+        mapped[middle + 1 : end] = envelope
+        # The same CRC as over the copied bytes (CRC-32 chains), without reading them back.
+        crc = zlib.crc32(envelope, zlib.crc32(b"\n", zlib.crc32(meta, _seq_crc(seq))))
+        # The header last: a crash before it leaves a record whose CRC fails.
+        RECORD.pack_into(mapped, HEADER_SIZE + offset, length, crc, seq)
+        self._position = position + need
+        return self._position
+
+    # -- the log process's side --------------------------------------------------
+
+    def recover(self, after_seq: int) -> tuple[list[tuple[Any, ...]], int]:
+        """Log process, at start: the rows of the events the ring holds beyond
+        ``after_seq`` (contiguous from ``after_seq + 1``), and the position after
+        the last whole record read. Events at or below ``after_seq`` are
+        skipped (SQLite has them); the scan ends at a torn record, a record of
+        an earlier lap, or a gap."""
+        rows: list[tuple[Any, ...]] = []
+        position = self.ingested
+        expected: int | None = None
+        mapped = self._map
+        for _ in range(self.capacity // ALIGN + 1):  # bounded: one lap at most
+            offset = position % self.capacity
+            if self.capacity - offset < RECORD.size:
+                break
+            length, crc, seq = RECORD.unpack_from(mapped, HEADER_SIZE + offset)
+            if length == WRAP:
+                position += self.capacity - offset
+                continue
+            need = _aligned(RECORD.size + length)
+            if length == 0 or need > self.capacity - offset:
+                break
+            start = HEADER_SIZE + offset + RECORD.size
+            payload = memoryview(mapped)[start : start + length]
+            if _crc(seq, payload) != crc:
+                break
+            if expected is not None and seq != expected:
+                break
+            if seq > after_seq:
+                if expected is None and seq != after_seq + 1:
+                    break  # not the continuation of this log
+                meta, _, text = bytes(payload).partition(b"\n")
+                seq_, session_seq, session_id, type_, turn_id, ts = json.loads(meta)
+                rows.append((seq_, session_seq, session_id, type_, turn_id, ts, text.decode()))
+            expected = seq + 1
+            position += need
+        return rows, position

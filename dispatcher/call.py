@@ -58,6 +58,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
+from pydantic import BaseModel
 
 from dispatcher.errors import ToolError, ToolErrorClass, ToolValidationFailed
 from dispatcher.event_output import bounded_blocks, bounded_text, utf8_size
@@ -500,10 +501,14 @@ def bounded_structured(
 
 
 # A ToolResultBlock built as pydantic's ``model_construct`` builds it (the
-# four slots of a v2 model), without its per-field loop: 0.8 us against 2.2
+# four slots of a v2 model, each set through its own descriptor, as
+# Payload.trusted_from does), without its per-field loop: ~0.5 us against 2.2
 # per call. ``type`` is the one field the caller never sets.
 _new = object.__new__
-_set = object.__setattr__
+_set_dict = BaseModel.__dict__["__dict__"].__set__
+_set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
+_set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
+_set_private = BaseModel.__dict__["__pydantic_private__"].__set__
 
 
 def _result_block(
@@ -511,9 +516,8 @@ def _result_block(
 ) -> ToolResultBlock:
     """A result block from checked parts (no validation)."""
     block = _new(ToolResultBlock)
-    _set(
+    _set_dict(
         block,
-        "__dict__",
         {
             "type": "tool_result",
             "tool_use_id": tool_use_id,
@@ -521,9 +525,9 @@ def _result_block(
             "is_error": is_error,
         },
     )
-    _set(block, "__pydantic_fields_set__", {"tool_use_id", "content", "is_error"})
-    _set(block, "__pydantic_extra__", None)  # extra="forbid": no extras
-    _set(block, "__pydantic_private__", None)
+    _set_fields_set(block, {"tool_use_id", "content", "is_error"})
+    _set_extra(block, None)  # extra="forbid": no extras
+    _set_private(block, None)
     return block
 
 

@@ -27,8 +27,6 @@ from functools import partial
 from types import TracebackType
 from typing import Any, Literal
 
-import orjson
-
 from eventbus.encoding import EnvelopeEncoder, UtcClock
 from eventbus.errors import (
     BusClosed,
@@ -480,15 +478,16 @@ class EventBus:
         if self._unseen:
             self._unseen.append(record)  # behind events not visible yet
         else:
-            meta = orjson.dumps((seq, session_seq, session_id, name, turn_id, ts))
-            end = ring.write(seq, meta, encoded)
+            end = ring.write(seq, encoded)
             if end is None:
                 self._unseen.append(record)  # visible once committed, or the ring has room
             else:
                 self._ring_marks.append((seq, end))
                 self._ringed_seq = seq
                 # Durable now (see eventbus.ring): visible at once.
-                if not self._deliver_now([record]):
+                if not self._global_subs and not self._session_subs:
+                    self._delivered_seq = seq  # nobody to hand it to
+                elif not self._deliver_now([record]):
                     self._unseen.append(record)
                     self._wake.set()
         if not self._inflight or len(pending) >= GROUP_SEND:
@@ -676,19 +675,7 @@ class EventBus:
                 break
             seq = record.seq
             if seq > self._ringed_seq and seq > self._committed_seq:
-                end = None
-                if ring is not None:
-                    meta = orjson.dumps(
-                        (
-                            seq,
-                            record.session_seq,
-                            record.session_id,
-                            record.type,
-                            record.turn_id,
-                            record.ts,
-                        )
-                    )
-                    end = ring.write(seq, meta, record.encoded)
+                end = None if ring is None else ring.write(seq, record.encoded)
                 if end is None:
                     break  # waits for its commit (or for room in the ring)
                 self._ring_marks.append((seq, end))

@@ -21,9 +21,9 @@ Layout: a 4 KiB header (magic, capacity, the log file's inode, and the ring
 position SQLite has everything before), then ``capacity`` bytes of records.
 A position is a byte count since the ring was made (it only grows); a
 record lies at ``position % capacity``. Each record is a 16-byte header
-(payload length, CRC-32 of seq and payload, seq) and its payload: the index
-columns as a JSON array, a newline, the envelope; records start on 16-byte
-boundaries. A record that would cross the end is preceded by a wrap marker
+(payload length, CRC-32 of seq and payload, seq) and its payload, the
+envelope (UTF-8 JSON, which holds the columns the log indexes); records
+start on 16-byte boundaries. A record that would cross the end is preceded by a wrap marker
 (length ``WRAP``) and starts again at offset 0. The record's header is
 written after its payload, and the CRC tells a record torn by a crash from a
 whole one; a record of an earlier lap has a smaller ``seq`` than the one
@@ -51,6 +51,10 @@ _INGESTED_AT = 32 - 8
 RECORD = struct.Struct("<IIQ")  # payload length, crc32, seq
 ALIGN = 16
 WRAP = 0xFFFF_FFFF
+_RECORD_SIZE = RECORD.size
+_ALIGN_MASK = ALIGN - 1
+_pack_record = RECORD.pack_into
+_crc32 = zlib.crc32
 DEFAULT_CAPACITY = 8 * 1024 * 1024
 SUFFIX = ".ring"
 
@@ -61,15 +65,11 @@ def ring_path(log_path: str) -> str:
 
 
 def _aligned(size: int) -> int:
-    return (size + ALIGN - 1) & ~(ALIGN - 1)
-
-
-def _seq_crc(seq: int) -> int:
-    return zlib.crc32(seq.to_bytes(8, "little"))
+    return (size + _ALIGN_MASK) & ~_ALIGN_MASK
 
 
 def _crc(seq: int, payload: bytes | memoryview) -> int:
-    return zlib.crc32(payload, _seq_crc(seq))
+    return zlib.crc32(payload, zlib.crc32(seq.to_bytes(8, "little")))
 
 
 class Ring:
@@ -160,37 +160,34 @@ class Ring:
         if position > self._released:
             self._released = position
 
-    def write(self, seq: int, meta: bytes, envelope: bytes) -> int | None:
-        """Copy one event in; its end position, or None when it does not fit now
-        (the ring is full of what SQLite does not hold yet) or ever (larger
-        than ``max_record``)."""
-        length = len(meta) + 1 + len(envelope)
-        need = _aligned(RECORD.size + length)
+    def write(self, seq: int, envelope: bytes) -> int | None:
+        """Copy one event's envelope in; its end position, or None when it does
+        not fit now (the ring is full of what SQLite does not hold yet) or ever
+        (larger than ``max_record``). On the publish path: one CRC, one copy."""
+        payload = envelope
+        length = len(payload)
+        need = (_RECORD_SIZE + length + _ALIGN_MASK) & ~_ALIGN_MASK
+        capacity = self.capacity
         if need > self.max_record:
             return None
         position = self._position
-        offset = position % self.capacity
-        room = self.capacity - offset
+        offset = position % capacity
+        room = capacity - offset
         skip = room if need > room else 0
-        if position + skip + need - self._released > self.capacity:
+        if position + skip + need - self._released > capacity:
             return None
         mapped = self._map
         if skip:
-            RECORD.pack_into(mapped, HEADER_SIZE + offset, WRAP, 0, 0)
+            _pack_record(mapped, HEADER_SIZE + offset, WRAP, 0, 0)
             position += skip
             offset = 0
-        start = HEADER_SIZE + offset + RECORD.size
-        middle = start + len(meta)
-        end = middle + 1 + len(envelope)
-        mapped[start:middle] = meta
-        mapped[middle : middle + 1] = b"\n"
-        mapped[middle + 1 : end] = envelope
-        # The same CRC as over the copied bytes (CRC-32 chains), without reading them back.
-        crc = zlib.crc32(envelope, zlib.crc32(b"\n", zlib.crc32(meta, _seq_crc(seq))))
+        start = HEADER_SIZE + offset
+        mapped[start + _RECORD_SIZE : start + _RECORD_SIZE + length] = payload
+        crc = _crc32(payload, _crc32(seq.to_bytes(8, "little")))
         # The header last: a crash before it leaves a record whose CRC fails.
-        RECORD.pack_into(mapped, HEADER_SIZE + offset, length, crc, seq)
-        self._position = position + need
-        return self._position
+        _pack_record(mapped, start, length, crc, seq)
+        self._position = position = position + need
+        return position
 
     # -- the log process's side --------------------------------------------------
 
@@ -224,9 +221,21 @@ class Ring:
             if seq > after_seq:
                 if expected is None and seq != after_seq + 1:
                     break  # not the continuation of this log
-                meta, _, text = bytes(payload).partition(b"\n")
-                seq_, session_seq, session_id, type_, turn_id, ts = json.loads(meta)
-                rows.append((seq_, session_seq, session_id, type_, turn_id, ts, text.decode()))
+                # The index columns are the envelope's own fields (a rare path:
+                # parsing here spares every publish from writing them twice).
+                text = bytes(payload).decode()
+                env = json.loads(text)
+                rows.append(
+                    (
+                        env["seq"],
+                        env["session_seq"],
+                        env["session_id"],
+                        env["type"],
+                        env["turn_id"],
+                        env["ts"],
+                        text,
+                    )
+                )
             expected = seq + 1
             position += need
         return rows, position

@@ -13,9 +13,18 @@ from eventbus.ring import HEADER_SIZE, RECORD, Ring
 CAPACITY = 64 * 1024
 
 
-def _event(seq: int, size: int) -> tuple[bytes, bytes]:
-    meta = json.dumps([seq, seq, "ses_1", "message.delta", "trn_1", "ts"]).encode()
-    return meta, json.dumps({"seq": seq, "text": "x" * size}).encode()
+def _event(seq: int, size: int) -> bytes:
+    envelope = {
+        "seq": seq,
+        "session_seq": seq,
+        "id": f"evt_{seq}",
+        "type": "message.delta",
+        "session_id": "ses_1",
+        "turn_id": "trn_1",
+        "ts": "2026-11-24T00:00:00.000000Z",
+        "data": {"text": "x" * size},
+    }
+    return json.dumps(envelope).encode()
 
 
 def _write_laps(ring: Ring, rng: random.Random, count: int, committed_lag: int) -> list[int]:
@@ -23,8 +32,7 @@ def _write_laps(ring: Ring, rng: random.Random, count: int, committed_lag: int) 
     ``committed_lag`` of them (released and marked). Returns the end positions."""
     ends: list[int] = []
     for seq in range(1, count + 1):
-        meta, envelope = _event(seq, rng.randrange(0, 3000))
-        end = ring.write(seq, meta, envelope)
+        end = ring.write(seq, _event(seq, rng.randrange(0, 3000)))
         assert end is not None, f"ring full at seq {seq}"
         ends.append(end)
         if seq > committed_lag:
@@ -50,7 +58,7 @@ def test_a_restart_gets_back_exactly_what_sqlite_lacks(tmp_path: Path, seed: int
         rows, position = again.recover(committed)
         assert [row[0] for row in rows] == list(range(committed + 1, count + 1))
         assert position == ends[-1]
-        assert rows[0][6].startswith(f'{{"seq": {rows[0][0]}, "text": "x')
+        assert json.loads(rows[0][6])["seq"] == rows[0][0] and rows[0][2] == "ses_1"
         # SQLite may be ahead of the header (a crash between commit and mark):
         # what it has is skipped, the rest still comes back.
         rows, _ = again.recover(count - 1)
@@ -64,7 +72,7 @@ def test_a_torn_record_ends_the_scan(tmp_path: Path) -> None:
     path = str(tmp_path / "events.ring")
     ring = Ring.open(path, log_inode=1, capacity=CAPACITY)
     for seq in range(1, 6):
-        assert ring.write(seq, *_event(seq, 100)) is not None
+        assert ring.write(seq, _event(seq, 100)) is not None
     inside_last = ring.position - 40  # the tail of the last record's payload
     ring._map[HEADER_SIZE + inside_last] ^= 0xFF  # as a crash mid-copy leaves it
     rows, _ = ring.recover(0)
@@ -75,7 +83,7 @@ def test_a_torn_record_ends_the_scan(tmp_path: Path) -> None:
 def test_a_ring_of_another_log_is_reset_not_replayed(tmp_path: Path) -> None:
     path = str(tmp_path / "events.ring")
     ring = Ring.open(path, log_inode=1, capacity=CAPACITY)
-    assert ring.write(1, *_event(1, 10)) is not None
+    assert ring.write(1, _event(1, 10)) is not None
     ring.close()
     other = Ring.open(path, log_inode=2, capacity=CAPACITY)
     try:
@@ -91,14 +99,14 @@ def test_a_full_ring_refuses_until_released_and_a_huge_event_never_fits(tmp_path
         seq = 0
         while True:
             seq += 1
-            end = ring.write(seq, *_event(seq, 1000))
+            end = ring.write(seq, _event(seq, 1000))
             if end is None:
                 break
             ends.append(end)
         assert len(ends) > 40  # about 64 KiB of ~1.1 KB records
         ring.release(ends[len(ends) // 2])  # SQLite has half of them now
-        assert ring.write(seq, *_event(seq, 1000)) is not None
-        assert ring.write(seq + 1, *_event(seq + 1, CAPACITY // 4)) is None
+        assert ring.write(seq, _event(seq, 1000)) is not None
+        assert ring.write(seq + 1, _event(seq + 1, CAPACITY // 4)) is None
         assert RECORD.size == 16
     finally:
         ring.close()

@@ -26,8 +26,10 @@ async def test_every_event_is_in_a_file_before_anyone_sees_it(
     which a restart commits from (see the ring tests in test_commit_path.py)."""
     reader = sqlite3.connect(log_path)  # a separate connection, as another process would
     ring = Path(ring_path(str(log_path))) if log_mode == "process" else None
+    # A small ring, so that reading it whole for an event costs little.
+    small = {"ring_bytes": 64 * 1024} if ring is not None else {}
     try:
-        async with running_bus(mode_log, **mode_options(log_mode)) as bus:
+        async with running_bus(mode_log, **mode_options(log_mode), **small) as bus:
             sub = await bus.subscribe()
 
             async def publisher() -> None:

@@ -42,6 +42,10 @@ PageReader = Callable[[int, int], Awaitable[list[EventRecord]]]
 Visibility = Callable[[str], bool]
 """Whether a filtered subscription may see a session's events: ``(session_id) -> bool``."""
 
+DirectSink = Callable[[EventRecord], bool]
+"""Passes a live record on at once (True), or declines it (False): see
+``Subscription.deliver_directly``."""
+
 
 class Subscription:
     """An async iterator of EventRecords for one session, or all sessions.
@@ -94,6 +98,9 @@ class Subscription:
         self._live_bytes = 0
         self._overflows = 0
         self._waiter: asyncio.Future[None] | None = None
+        # Takes live records in the publisher's call while the consumer waits
+        # with nothing queued (see deliver_directly).
+        self._direct: DirectSink | None = None
         self._finished = False  # no more live records will arrive
         self._end: BaseException | None = None  # raised once the queues are drained
         self._iterating = False
@@ -123,6 +130,20 @@ class Subscription:
         """True once no more live records will arrive (closed, cut off or bus closed)."""
         return self._finished
 
+    def deliver_directly(self, sink: DirectSink | None) -> None:
+        """Hand live records to ``sink`` in the publisher's own call (the bus's
+        fan-out) while the consumer is waiting for the next record with nothing
+        queued or left to read from the log, instead of waking the consumer's
+        task: that wake-up waits for the rest of the loop's current iteration,
+        which on a busy server is most of an event's way to a client.
+
+        ``sink(record)`` returns True once it has passed the record on (the
+        subscription then counts it as yielded: ``last_cursor`` moves) or
+        False to decline it, and then it and what follows are queued for the
+        consumer as usual. It must not raise nor wait. None stops it.
+        """
+        self._direct = sink
+
     # -- called by the bus (on the event loop) -------------------------------------------
 
     def _offer(self, records: list[EventRecord], size: int) -> int:
@@ -137,6 +158,22 @@ class Subscription:
             records = [r for r in records if visible(r.session_id)]
             if not records:
                 return 0
+            incoming = 0
+            for record in records:
+                incoming += record.size
+        direct = self._direct
+        if (
+            direct is not None
+            and self._waiter is not None
+            and not self._live
+            and not self._reading
+            and not self._page
+        ):
+            # The consumer waits with nothing ahead of these: pass them on now.
+            taken = self._pass_on(direct, records)
+            if taken == len(records):
+                return taken
+            records = records[taken:]
             incoming = 0
             for record in records:
                 incoming += record.size
@@ -168,6 +205,20 @@ class Subscription:
         self._live_bytes += incoming
         self._wake()
         return len(records)
+
+    def _pass_on(self, sink: DirectSink, records: list[EventRecord]) -> int:
+        """How many of ``records`` (from the first) ``sink`` took, in order."""
+        per_session = self._per_session
+        taken = 0
+        for record in records:
+            cursor = record.cursor(per_session=per_session)
+            if self._cursor is not None and cursor != self._cursor + 1 and self.visible is None:
+                break  # not the next one: the consumer's checks see it (see _next_live)
+            if not sink(record):
+                break
+            self._cursor = cursor
+            taken += 1
+        return taken
 
     def _finish(self, end: BaseException | None) -> None:
         """No more live records; iteration ends with ``end`` (None: plain stop)."""

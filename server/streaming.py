@@ -5,7 +5,9 @@ encoded, and that same text goes to every socket (no per-subscriber
 encoding). Two tasks serve a socket: the sender drains the subscription, the
 receiver watches the client (which may only close; what it sends is ignored,
 and a client that keeps talking or sends binary frames is closed). Whichever
-ends first ends the other. Close codes are documented in
+ends first ends the other. While the sender waits with nothing queued, the
+bus writes each new event to the socket itself (``_SocketSink``), without
+waking the sender. Close codes are documented in
 specs/streaming-protocol.md and listed in ``CloseCode``.
 """
 
@@ -216,10 +218,48 @@ async def _pump(
     return first.result()
 
 
+class _SocketSink:
+    """Writes an event to the socket in the bus's fan-out, while the sender task
+    waits with nothing queued (``Subscription.deliver_directly``): the frame
+    leaves in the publisher's call instead of one loop iteration later.
+
+    Only a send that completes without suspending is made here: with uvicorn's
+    ``websockets-sansio`` (which the server pins, server/cli.py) and no
+    middleware around a WebSocket's ``send``, the only suspension is the wait
+    for a paused socket to become writable, before any byte is written. Such a
+    send is dropped at that point and the event declined: it goes through the
+    queue and the sender task, which waits for the socket as before. A record
+    the sender must act on (``session.deleted`` ends the stream) is declined
+    too, as is anything after an error (the sender meets it and ends).
+    """
+
+    __slots__ = ("_failed", "_ws")
+
+    def __init__(self, ws: WebSocket) -> None:
+        self._ws = ws
+        self._failed = False
+
+    def __call__(self, record: EventRecord) -> bool:
+        if self._failed or record.type == "session.deleted":
+            return False
+        sending = self._ws.send_text(record.text)
+        try:
+            sending.send(None)
+        except StopIteration:
+            return True
+        except Exception:
+            self._failed = True  # (disconnected) the sender task meets it and ends
+            return False
+        # It would wait for the socket: nothing was written; the sender takes it.
+        sending.close()
+        return False
+
+
 async def _send_events(
     ws: WebSocket, runtime: Services, subscription: Subscription, principal: Principal
 ) -> _Close:
     per_session = subscription.session_id is not None
+    subscription.deliver_directly(_SocketSink(ws))
     # (A user token's all-sessions subscription is filtered already: see _subscribe.)
     record: EventRecord
     try:

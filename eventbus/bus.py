@@ -381,7 +381,8 @@ class EventBus:
         session_id: str,
         turn_id: str | None = None,
     ) -> None:
-        """Assign the next ``seq``/``session_seq``, encode once, queue for the log.
+        """Assign the next ``seq``/``session_seq``, encode once, queue for the
+        log (and, with the event ring, copy it there and fan it out at once).
 
         Never waits. Raises InvalidEvent (and nothing is assigned) for an
         unknown type, an empty session id, or data that is not a JSON object;
@@ -775,9 +776,10 @@ class EventBus:
         self._signal_progress()
 
     def _deliver_now(self, batch: list[EventRecord]) -> bool:
-        """Fan out a committed batch at once, from the log's reply callback,
-        when it is one chunk that every queue can take (the usual case); else
-        False, and the writer fans it out with ``_deliver``."""
+        """Fan out durable records at once (from ``publish`` or a commit's
+        reply callback) when they are one chunk that every queue can take
+        (the usual case); else False, and the writer fans them out with
+        ``_deliver``, which may yield for a queue to drain."""
         if self._state == "closed" or len(batch) > self._fanout_chunk:
             return False
         size = _encoded_size(batch)

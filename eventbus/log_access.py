@@ -5,7 +5,8 @@ Two ways, one interface (``LogAccess``):
 - ``ProcessLogAccess`` (file logs, the default): a child process owns the
   SQLite connections (eventbus.log_server) and the bus talks to it over pipes
   with asyncio. SQLite work then runs on another core and never competes for
-  this process's GIL.
+  this process's GIL. Both map the event ring (eventbus.ring), which makes an
+  event durable before the child has committed it.
 - ``ThreadLogAccess`` (``:memory:`` logs, or on request): the log's methods run
   in a dedicated worker thread.
 

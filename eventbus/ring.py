@@ -109,10 +109,11 @@ class Ring:
             raise EventLogError(f"cannot open the event ring {path!r}: {exc}") from exc
         try:
             header = os.pread(fd, _HEADER.size, 0)
-            fresh = len(header) < _HEADER.size or _HEADER.unpack(header)[:3] != (
-                MAGIC,
-                capacity,
-                log_inode,
+            fresh = (
+                len(header) < _HEADER.size
+                or _HEADER.unpack(header)[:3] != (MAGIC, capacity, log_inode)
+                # (A short file would be SIGBUS, not an error, once mapped.)
+                or os.fstat(fd).st_size != size
             )
             if fresh:
                 os.ftruncate(fd, 0)

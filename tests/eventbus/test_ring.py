@@ -92,6 +92,21 @@ def test_a_ring_of_another_log_is_reset_not_replayed(tmp_path: Path) -> None:
         other.close()
 
 
+def test_a_cut_short_ring_file_is_made_again(tmp_path: Path) -> None:
+    path = tmp_path / "events.ring"
+    ring = Ring.open(str(path), log_inode=1, capacity=CAPACITY)
+    assert ring.write(1, _event(1, 10)) is not None
+    ring.close()
+    with open(path, "r+b") as f:
+        f.truncate(HEADER_SIZE + 100)  # the header still says it is whole
+    again = Ring.open(str(path), log_inode=1, capacity=CAPACITY)
+    try:
+        assert again.recover(0) == ([], 0)
+        assert again.write(1, _event(1, 10)) is not None
+    finally:
+        again.close()
+
+
 def test_a_full_ring_refuses_until_released_and_a_huge_event_never_fits(tmp_path: Path) -> None:
     ring = Ring.open(str(tmp_path / "events.ring"), log_inode=1, capacity=CAPACITY)
     try:

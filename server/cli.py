@@ -251,7 +251,9 @@ class _Cleanup:
         self.lock.release(cleanup=True)
 
 
-SQLITE_SUFFIXES = ("", "-wal", "-shm", "-journal")
+# The database files of a fresh data dir a failed start removes, with the
+# event log's ring (eventbus.ring) beside its log.
+SQLITE_SUFFIXES = ("", "-wal", "-shm", "-journal", ".ring")
 
 
 async def _run(

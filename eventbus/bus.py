@@ -478,19 +478,15 @@ class EventBus:
             return
         if self._unseen:
             self._unseen.append(record)  # behind events not visible yet
+        elif not self._into_ring(ring, seq, encoded):
+            self._unseen.append(record)  # visible once committed, or the ring has room
         else:
-            end = ring.write(seq, encoded)
-            if end is None:
-                self._unseen.append(record)  # visible once committed, or the ring has room
-            else:
-                self._ring_marks.append((seq, end))
-                self._ringed_seq = seq
-                # Durable now (see eventbus.ring): visible at once.
-                if not self._global_subs and not self._session_subs:
-                    self._delivered_seq = seq  # nobody to hand it to
-                elif not self._deliver_now([record]):
-                    self._unseen.append(record)
-                    self._wake.set()
+            # Durable now (see eventbus.ring): visible at once.
+            if not self._global_subs and not self._session_subs:
+                self._delivered_seq = seq  # nobody to hand it to
+            elif not self._deliver_now([record]):
+                self._unseen.append(record)
+                self._wake.set()
         if not self._inflight or len(pending) >= GROUP_SEND:
             # Otherwise it gathers into a group commit sent by the next reply.
             self._send_ahead()
@@ -675,14 +671,23 @@ class EventBus:
             if len(out) >= self._fanout_chunk:
                 break
             seq = record.seq
-            if seq > self._ringed_seq and seq > self._committed_seq:
-                end = None if ring is None else ring.write(seq, record.encoded)
-                if end is None:
-                    break  # waits for its commit (or for room in the ring)
-                self._ring_marks.append((seq, end))
-                self._ringed_seq = seq
+            if (
+                seq > self._ringed_seq
+                and seq > self._committed_seq
+                and (ring is None or not self._into_ring(ring, seq, record.encoded))
+            ):
+                break  # waits for its commit (or for room in the ring)
             out.append(record)
         return out
+
+    def _into_ring(self, ring: Ring, seq: int, encoded: bytes) -> bool:
+        """Copy an event into the ring (in seq order); False if it does not fit."""
+        end = ring.write(seq, encoded)
+        if end is None:
+            return False
+        self._ring_marks.append((seq, end))
+        self._ringed_seq = seq
+        return True
 
     async def _commit(self, batch: _Batch) -> None:
         """Commit one batch the writer holds, riding out storage faults.

@@ -224,10 +224,10 @@ class Ring:
                     break  # not the continuation of this log
                 # The index columns are the envelope's own fields (a rare path:
                 # parsing here spares every publish from writing them twice).
-                text = bytes(payload).decode()
-                env = json.loads(text)
-                rows.append(
-                    (
+                try:
+                    text = bytes(payload).decode()
+                    env = json.loads(text)
+                    row = (
                         env["seq"],
                         env["session_seq"],
                         env["session_id"],
@@ -236,7 +236,9 @@ class Ring:
                         env["ts"],
                         text,
                     )
-                )
+                except (ValueError, KeyError, TypeError):
+                    break  # not an envelope (a CRC that matched by chance): the end
+                rows.append(row)
             expected = seq + 1
             position += need
         return rows, position

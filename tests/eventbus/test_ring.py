@@ -80,6 +80,17 @@ def test_a_torn_record_ends_the_scan(tmp_path: Path) -> None:
     ring.close()
 
 
+def test_a_whole_record_that_is_no_envelope_ends_the_scan(tmp_path: Path) -> None:
+    ring = Ring.open(str(tmp_path / "events.ring"), log_inode=1, capacity=CAPACITY)
+    try:
+        assert ring.write(1, _event(1, 10)) is not None
+        assert ring.write(2, b"not an envelope") is not None  # its CRC is right
+        assert ring.write(3, _event(3, 10)) is not None
+        assert [row[0] for row in ring.recover(0)[0]] == [1]
+    finally:
+        ring.close()
+
+
 def test_a_ring_of_another_log_is_reset_not_replayed(tmp_path: Path) -> None:
     path = str(tmp_path / "events.ring")
     ring = Ring.open(path, log_inode=1, capacity=CAPACITY)

@@ -5,7 +5,8 @@ enter a timeout scope, await the tool's execute and put the outcome into four
 queues (standing in for event delivery). The dispatcher adds validation, the
 policy, a fresh instance, a ToolContext, events and the result block.
 
-Variants, measured in the same process and run:
+Variants, measured in the same process and run, each once per round in turn
+(interleaved: the machine's speed drifts between minutes):
 
 - ``floor``: the bare loop above;
 - ``direct``: ``await tool.execute()`` alone;
@@ -46,7 +47,7 @@ import os
 import statistics
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -107,23 +108,35 @@ def _cpu_sample(label: str, cpu_started: float, n: int) -> None:
     _CPU.setdefault(label, []).append((time.process_time() - cpu_started) / n * 1e6)
 
 
-async def _time_calls(
-    call: Callable[[int], Awaitable[object]], n: int, rounds: int, label: str = ""
-) -> list[float]:
-    """Per-call microseconds for each round (median of rounds is reported)."""
-    samples = []
-    for _ in range(rounds):
+# One round of a variant: runs its calls and returns microseconds per call.
+RoundFn = Callable[[], Awaitable[float]]
+
+
+def _timed(
+    label: str,
+    n: int,
+    call: Callable[[int], Awaitable[object]],
+    finish: Callable[[], Awaitable[None]] | None = None,
+) -> RoundFn:
+    """A round of ``n`` calls (then ``finish``, inside the clock): wall
+    microseconds per call, and its CPU per call into ``_CPU[label]``."""
+
+    async def one_round() -> float:
         gc.collect()
         cpu = time.process_time()
         started = time.perf_counter()
         for i in range(n):
             await call(i)
-        samples.append((time.perf_counter() - started) / n * 1e6)
+        if finish is not None:
+            await finish()
+        elapsed = time.perf_counter() - started
         _cpu_sample(label, cpu, n)
-    return samples
+        return elapsed / n * 1e6
+
+    return one_round
 
 
-async def _floor(n: int, rounds: int, ws: WorkspaceFileAPI) -> list[float]:
+def _floor(n: int, ws: WorkspaceFileAPI) -> RoundFn:
     tool = NoOpTool()
     sem = asyncio.Semaphore(4)
     queues: list[asyncio.Queue[object]] = [asyncio.Queue() for _ in range(4)]
@@ -140,41 +153,47 @@ async def _floor(n: int, rounds: int, ws: WorkspaceFileAPI) -> list[float]:
                     q.get_nowait()
         return out
 
-    return await _time_calls(call, n, rounds, FLOOR)
+    return _timed(FLOOR, n, call)
 
 
-async def _direct(n: int, rounds: int, ws: WorkspaceFileAPI) -> list[float]:
+def _direct(n: int, ws: WorkspaceFileAPI) -> RoundFn:
     tool = NoOpTool()
     ctx = ToolContext("s", "t", "tu", ws.workspace_root, ws)
 
     async def call(i: int) -> object:
         return await tool.execute(INPUT, ctx)
 
-    return await _time_calls(call, n, rounds, "direct execute()")
+    return _timed("direct execute()", n, call)
 
 
-async def _through_dispatcher(
-    n: int, rounds: int, ws: WorkspaceFileAPI, publisher: EventPublisher | None
-) -> list[float]:
+def _blocks(n: int) -> list[ToolUseBlock]:
+    return [ToolUseBlock(id=f"tu_{i}", name="noop", input=INPUT) for i in range(n)]
+
+
+def _through_dispatcher(
+    n: int, ws: WorkspaceFileAPI, publisher: EventPublisher | None, label: str
+) -> RoundFn:
     dispatcher = ToolDispatcher(publisher)
     dispatcher.register(NoOpTool)
     session = DispatchSession("bench", ws, policy=AutoAllowPolicy())
-    blocks = [ToolUseBlock(id=f"tu_{i}", name="noop", input=INPUT) for i in range(n)]
+    blocks = _blocks(n)
 
     async def call(i: int) -> object:
         return await dispatcher.dispatch(blocks[i], session, turn_id="turn")
 
-    return await _time_calls(call, n, rounds, "dispatcher, no bus")
+    return _timed(label, n, call)
 
 
+@contextlib.asynccontextmanager
 async def _through_bus(
     n: int,
-    rounds: int,
     ws: WorkspaceFileAPI,
     log_path: Path | None,
     yield_every: int = 0,
     label: str = "",
-) -> list[float]:
+) -> AsyncIterator[RoundFn]:
+    """The full dispatcher on a real bus (and log); the clock of each round
+    stops only once every event is logged (``flush``)."""
     from eventbus import EventBus, EventLog
 
     log = EventLog.open(log_path) if log_path else None
@@ -184,23 +203,18 @@ async def _through_bus(
         dispatcher = ToolDispatcher(bus)
         dispatcher.register(NoOpTool)
         session = DispatchSession("bench", ws, policy=AutoAllowPolicy())
-        blocks = [ToolUseBlock(id=f"tu_{i}", name="noop", input=INPUT) for i in range(n)]
-        samples = []
-        for _ in range(rounds):
-            gc.collect()
-            cpu = time.process_time()
-            started = time.perf_counter()
-            for i, block in enumerate(blocks):
-                await dispatcher.dispatch(block, session, turn_id="turn")
-                if yield_every and i % yield_every == yield_every - 1:
-                    # A server's loop yields all the time (sockets); a no-op tool
-                    # never does, and without this the writer would only run at
-                    # the flush, serialising every commit after the loop.
-                    await asyncio.sleep(0)
-            await bus.flush()  # the clock stops only once every event is logged
-            samples.append((time.perf_counter() - started) / n * 1e6)
-            _cpu_sample(label, cpu, n)
-        return samples
+        blocks = _blocks(n)
+
+        async def call(i: int) -> object:
+            result = await dispatcher.dispatch(blocks[i], session, turn_id="turn")
+            if yield_every and i % yield_every == yield_every - 1:
+                # A server's loop yields all the time (sockets); a no-op tool
+                # never does, and without this the loop would read no reply of
+                # the log process until the final flush.
+                await asyncio.sleep(0)
+            return result
+
+        yield _timed(label, n, call, bus.flush)
     finally:
         await bus.close()
 
@@ -296,36 +310,55 @@ def _validator_costs(n: int) -> dict[str, float]:
 
 
 async def run(calls: int = 20_000, rounds: int = 5) -> dict[str, Any]:
+    """Every variant once per round, in turn (the floor first each time): on a
+    shared machine whose speed drifts over minutes, variants measured in
+    separate stretches would compare different machines."""
     with tempfile.TemporaryDirectory() as tmp:
         ws = WorkspaceFileAPI(tmp)
         throughput = await _throughput(calls * 2, ws, Path(tmp) / "throughput.db")
-        variants: dict[str, list[float]] = {
-            FLOOR: await _floor(calls, rounds, ws),
-            "direct execute()": await _direct(calls, rounds, ws),
-            "dispatcher, no bus": await _through_dispatcher(calls, rounds, ws, None),
-            "dispatcher + bus (memory)": await _through_bus(
-                calls, rounds, ws, None, label="dispatcher + bus (memory)"
-            ),
-            WITH_LOG: await _through_bus(
-                calls, rounds, ws, Path(tmp) / "events.db", label=WITH_LOG
-            ),
-            WITH_LOG_OVERLAP: await _through_bus(
-                calls,
-                rounds,
-                ws,
-                Path(tmp) / "events-overlap.db",
-                yield_every=YIELD_EVERY,
-                label=WITH_LOG_OVERLAP,
-            ),
-        }
+        async with contextlib.AsyncExitStack() as stack:
+            runners: dict[str, RoundFn] = {
+                FLOOR: _floor(calls, ws),
+                "direct execute()": _direct(calls, ws),
+                "dispatcher, no bus": _through_dispatcher(calls, ws, None, "dispatcher, no bus"),
+                "dispatcher + bus (memory)": await stack.enter_async_context(
+                    _through_bus(calls, ws, None, label="dispatcher + bus (memory)")
+                ),
+                WITH_LOG: await stack.enter_async_context(
+                    _through_bus(calls, ws, Path(tmp) / "events.db", label=WITH_LOG)
+                ),
+                WITH_LOG_OVERLAP: await stack.enter_async_context(
+                    _through_bus(
+                        calls,
+                        ws,
+                        Path(tmp) / "events-overlap.db",
+                        yield_every=YIELD_EVERY,
+                        label=WITH_LOG_OVERLAP,
+                    )
+                ),
+            }
+            variants: dict[str, list[float]] = {label: [] for label in runners}
+            for _ in range(rounds):
+                for label, one_round in runners.items():
+                    variants[label].append(await one_round())
     medians = {k: statistics.median(v) for k, v in variants.items()}
     floor = medians[FLOOR]
     cpu = {k: statistics.median(_CPU.pop(k, [0.0])) for k in variants}
+    # Each round's ratio to the floor of the same round: the spread shows how
+    # much of a figure is the machine.
+    spread = {
+        k: (
+            round(min(x / f for x, f in zip(v, variants[FLOOR], strict=True)), 2),
+            round(max(x / f for x, f in zip(v, variants[FLOOR], strict=True)), 2),
+        )
+        for k, v in variants.items()
+    }
     rows = [
         {
             "variant": k,
             "us_per_call": round(v, 2),
             "ratio_to_floor": round(v / floor, 2),
+            "round_ratios": spread[k],
             "calls_per_s": round(1e6 / v),
             "cpu_us_per_call": round(cpu[k], 2),
             "cpu_ratio_to_floor": round(cpu[k] / cpu[FLOOR], 2) if cpu[FLOOR] else None,
@@ -380,13 +413,15 @@ def print_report(result: dict[str, Any]) -> None:
         f"dispatch overhead ({result['calls_per_round']} calls x {result['rounds']} rounds, median)"
     )
     print(
-        f"{'variant':<60} {'us/call':>9} {'x floor':>8} {'calls/s':>9} {'CPU us':>8} {'x floor':>8}"
+        f"{'variant':<60} {'us/call':>9} {'x floor':>8} {'rounds x floor':>15} {'calls/s':>9} "
+        f"{'CPU us':>8} {'x floor':>8}"
     )
     for row in result["rows"]:
+        low, high = row["round_ratios"]
         print(
             f"{row['variant']:<60} {row['us_per_call']:>9.2f} {row['ratio_to_floor']:>8.2f} "
-            f"{row['calls_per_s']:>9} {row['cpu_us_per_call']:>8.2f} "
-            f"{row['cpu_ratio_to_floor'] or 0:>8.2f}"
+            f"{f'{low:.2f}-{high:.2f}':>15} {row['calls_per_s']:>9} "
+            f"{row['cpu_us_per_call']:>8.2f} {row['cpu_ratio_to_floor'] or 0:>8.2f}"
         )
     print("validation cost per call (us):")
     for label, us in result["validators_us"].items():
@@ -408,15 +443,17 @@ async def _profiled(calls: int, top: int, out: Path | None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         ws = WorkspaceFileAPI(tmp)
         # Warm-up (imports, first-use caches) outside the profile.
-        await _through_bus(500, 1, ws, Path(tmp) / "warm.db", yield_every=YIELD_EVERY)
-        cpu0 = time.process_time()
-        # CPU time, not wall time: on a shared machine a descheduled moment would
-        # be charged to whatever function was running.
-        profile = cProfile.Profile(time.process_time)
-        profile.enable()
-        await _through_bus(calls, 1, ws, Path(tmp) / "events.db", yield_every=YIELD_EVERY)
-        profile.disable()
-        cpu = time.process_time() - cpu0
+        async with _through_bus(500, ws, Path(tmp) / "warm.db", YIELD_EVERY) as warm:
+            await warm()
+        async with _through_bus(calls, ws, Path(tmp) / "events.db", YIELD_EVERY) as one_round:
+            cpu0 = time.process_time()
+            # CPU time, not wall time: on a shared machine a descheduled moment
+            # would be charged to whatever function was running.
+            profile = cProfile.Profile(time.process_time)
+            profile.enable()
+            await one_round()
+            profile.disable()
+            cpu = time.process_time() - cpu0
     if out is not None:
         profile.dump_stats(out)
     stats = pstats.Stats(profile)

@@ -61,15 +61,25 @@ DEBUG_ENV = "TOOLRELAY_EVENT_DEBUG"
 DEFAULT_REPLAY_PAGE_BYTES = 4 * 1024 * 1024
 # Fan-out chunks stop after this many bytes (besides their count): see _deliver.
 FANOUT_CHUNK_BYTES = 1024 * 1024
+# The commit path to SQLite (see EventBus._send_ahead): an event published
+# while no batch is in flight to the log process leaves SEND_DELAY_S later
+# (at once if an event waits for its commit to become visible: the ring was
+# full); later ones gather into one group commit, sent by the next reply or
+# once GROUP_SEND of them wait. Nothing more is sent while the child's stdin
+# pipe holds MAX_UNSENT_BYTES it could not take yet.
+#
+# Why wait at all: with the ring, an event is visible before it is committed,
+# so the commit is on nobody's path, but a send wakes the log process at the
+# very moment the publish woke a client's reader; on 2 cores the two then
+# compete for the one core the server does not hold. A millisecond later the
+# client has its event and the commit takes what gathered meanwhile
+# (`python -m benchmarks --only fanout`, 200 events/s to one socket: p99
+# 0.74-1.09 ms -> 0.61-0.70 ms, see benchmarks/README.md).
+GROUP_SEND = 256
+SEND_DELAY_S = 0.001
+MAX_UNSENT_BYTES = 256 * 1024
 # Backoff of the writer's retries through a storage fault, and how long it
 # keeps retrying once close() was called (a shutdown must end).
-# The commit path to SQLite (see EventBus._send_ahead): an event published
-# while no batch is in flight to the log process leaves at once; later ones
-# gather into one group commit, sent by the next reply or once GROUP_SEND of
-# them wait. Nothing more is sent while the child's stdin pipe holds
-# MAX_UNSENT_BYTES it could not take yet.
-GROUP_SEND = 256
-MAX_UNSENT_BYTES = 256 * 1024
 RETRY_FIRST_S = 0.05
 RETRY_MAX_S = 1.0
 CLOSE_RETRY_S = 3.0
@@ -225,6 +235,7 @@ class EventBus:
         self._ring_marks: deque[tuple[int, int]] = deque()
         self._ringed_seq = 0
         self._committed_seq = 0
+        self._send_timer: asyncio.TimerHandle | None = None
 
         self._state = "new"  # new -> running -> closing -> closed
         self._failure: BaseException | None = None
@@ -233,7 +244,8 @@ class EventBus:
         self._pending: list[EventRecord] = []
         self._clock = UtcClock()
         self._encoder = EnvelopeEncoder()
-        self._id_prefix = secrets.token_hex(4)
+        # Event ids: this head and the seq in hex (``_queue``), unique across restarts.
+        self._id_head = f"evt_{secrets.token_hex(4)}"
 
         self._global_subs: list[Subscription] = []
         self._session_subs: dict[str, list[Subscription]] = {}
@@ -274,6 +286,7 @@ class EventBus:
         """Wait until every event published so far is committed to the log and
         fanned out."""
         target = self._seq
+        self._send_ahead()  # not SEND_DELAY_S later: someone waits for it
         while self._delivered_seq < target or (
             self._ring is not None and self._committed_seq < target
         ):
@@ -326,6 +339,9 @@ class EventBus:
 
     def _shutdown(self, end: BaseException) -> None:
         self._state = "closed"
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+            self._send_timer = None
         for sub in [*self._global_subs, *(s for subs in self._session_subs.values() for s in subs)]:
             sub._finish(end)
         self._global_subs.clear()
@@ -447,15 +463,19 @@ class EventBus:
     def _queue(
         self, name: str, data: Mapping[str, Any] | Payload, session_id: str, turn_id: str | None
     ) -> None:
-        """Assign the counters, encode once and queue (the checks are done)."""
+        """Assign the counters, encode once and queue (the checks are done).
+
+        The hot path of every event (twice per tool call): written for the
+        interpreter, locals over attribute look-ups, the ring copy inline."""
         seq = self._seq + 1
-        session_seq = self._session_seqs.get(session_id, 0) + 1
+        session_seqs = self._session_seqs
+        session_seq = session_seqs.get(session_id, 0) + 1
         ts = self._clock.now()
         try:
             encoded = self._encoder.encode(
                 seq,
                 session_seq,
-                f"evt_{self._id_prefix}{seq:012x}",
+                "%s%012x" % (self._id_head, seq),  # noqa: UP031 - the fastest spelling
                 name,
                 session_id,
                 turn_id,
@@ -466,9 +486,9 @@ class EventBus:
             raise EventNotSerializable(f"{name} data is not JSON-serializable: {exc}") from exc
         # Counters move only once the event is sure to be queued: no holes.
         self._seq = seq
-        self._session_seqs[session_id] = session_seq
-        pending = self._pending
+        session_seqs[session_id] = session_seq
         record = EventRecord(seq, session_seq, session_id, name, turn_id, ts, encoded)
+        pending = self._pending
         pending.append(record)
         self._published += 1
         ring = self._ring
@@ -476,20 +496,30 @@ class EventBus:
             if len(pending) == 1:
                 self._wake.set()
             return
-        if self._unseen:
-            self._unseen.append(record)  # behind events not visible yet
-        elif not self._into_ring(ring, seq, encoded):
-            self._unseen.append(record)  # visible once committed, or the ring has room
+        unseen = self._unseen
+        if unseen:
+            unseen.append(record)  # behind events not visible yet
+        elif (end := ring.write(seq, encoded)) is None:
+            unseen.append(record)  # visible once committed, or the ring has room
         else:
             # Durable now (see eventbus.ring): visible at once.
+            self._ring_marks.append((seq, end))
+            self._ringed_seq = seq
             if not self._global_subs and not self._session_subs:
                 self._delivered_seq = seq  # nobody to hand it to
             elif not self._deliver_now([record]):
-                self._unseen.append(record)
+                unseen.append(record)
                 self._wake.set()
-        if not self._inflight or len(pending) >= GROUP_SEND:
-            # Otherwise it gathers into a group commit sent by the next reply.
+        if len(pending) >= GROUP_SEND:
             self._send_ahead()
+        elif not self._inflight:
+            if unseen:
+                self._send_ahead()  # it becomes visible only once committed
+            elif self._send_timer is None:
+                self._send_timer = asyncio.get_running_loop().call_later(
+                    SEND_DELAY_S, self._send_later
+                )
+        # (Else it gathers into the group commit sent by the next reply.)
 
     def _refuse(self) -> None:
         if self._state == "new":
@@ -578,9 +608,9 @@ class EventBus:
         nor for the writer task (on a busy loop each wake-up of a task costs a
         whole iteration).
 
-        ``publish`` calls it when no batch is in flight (else events gather
-        into one group commit, sent by the next reply, or once GROUP_SEND of
-        them wait). Nothing is sent while the writer finishes a batch
+        ``publish`` calls it, SEND_DELAY_S later, when no batch is in flight
+        (else events gather into one group commit, sent by the next reply, or
+        once GROUP_SEND of them wait). Nothing is sent while the writer finishes a batch
         (``_settle``: a failed append is retried before anything behind it)
         or while the child's pipe is full (it is behind: events gather
         meanwhile). A batch that fails makes every one sent behind it fail
@@ -605,6 +635,18 @@ class EventBus:
             return
         del self._pending[: len(batch.records)]
         self._inflight.append(batch)
+        # Its ring marks are in the batch now; dropped here, not at its reply,
+        # so the next _take_batch does not walk them again (on a loop that does
+        # not yield, replies come late and the walk grew with every batch).
+        last = batch.records[-1].seq
+        marks = self._ring_marks
+        while marks and marks[0][0] <= last:
+            marks.popleft()
+
+    def _send_later(self) -> None:
+        """The SEND_DELAY_S timer: send what gathered (if nothing did meanwhile)."""
+        self._send_timer = None
+        self._send_ahead()
 
     def _take_batch(self) -> _Batch:
         """The next group commit from what is pending (not removed yet), with

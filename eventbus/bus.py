@@ -610,10 +610,10 @@ class EventBus:
 
         ``publish`` calls it, SEND_DELAY_S later, when no batch is in flight
         (else events gather into one group commit, sent by the next reply, or
-        once GROUP_SEND of them wait). Nothing is sent while the writer finishes a batch
-        (``_settle``: a failed append is retried before anything behind it)
-        or while the child's pipe is full (it is behind: events gather
-        meanwhile). A batch that fails makes every one sent behind it fail
+        once GROUP_SEND of them wait). Nothing is sent while the writer
+        finishes a batch (``_settle``: a failed append is retried before
+        anything behind it) or while the child's pipe is full (it is behind:
+        events gather meanwhile). A batch that fails makes every one sent behind it fail
         too (OutOfSequence, nothing written); the writer retries them in order.
         """
         sender = self._sender

@@ -466,7 +466,7 @@ class EventBus:
         """Assign the counters, encode once and queue (the checks are done).
 
         The hot path of every event (twice per tool call): written for the
-        interpreter, locals over attribute look-ups, the ring copy inline."""
+        interpreter, locals over attribute look-ups."""
         seq = self._seq + 1
         session_seqs = self._session_seqs
         session_seq = session_seqs.get(session_id, 0) + 1
@@ -499,12 +499,10 @@ class EventBus:
         unseen = self._unseen
         if unseen:
             unseen.append(record)  # behind events not visible yet
-        elif (end := ring.write(seq, encoded)) is None:
+        elif not self._into_ring(ring, seq, encoded):
             unseen.append(record)  # visible once committed, or the ring has room
         else:
             # Durable now (see eventbus.ring): visible at once.
-            self._ring_marks.append((seq, end))
-            self._ringed_seq = seq
             if not self._global_subs and not self._session_subs:
                 self._delivered_seq = seq  # nobody to hand it to
             elif not self._deliver_now([record]):
@@ -638,7 +636,10 @@ class EventBus:
         # Its ring marks are in the batch now; dropped here, not at its reply,
         # so the next _take_batch does not walk them again (on a loop that does
         # not yield, replies come late and the walk grew with every batch).
-        last = batch.records[-1].seq
+        self._drop_marks_through(batch.records[-1].seq)
+
+    def _drop_marks_through(self, last: int) -> None:
+        """Forget the ring marks of events up to ``last`` (sent or committed)."""
         marks = self._ring_marks
         while marks and marks[0][0] <= last:
             marks.popleft()
@@ -689,9 +690,7 @@ class EventBus:
         self._count(batch)
         last = batch.records[-1].seq
         self._committed_seq = last
-        marks = self._ring_marks
-        while marks and marks[0][0] <= last:
-            marks.popleft()
+        self._drop_marks_through(last)
         if batch.ring_end and self._ring is not None:
             self._ring.release(batch.ring_end)
         if self._unseen:

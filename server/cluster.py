@@ -21,7 +21,8 @@ server (see specs/scale-out.md, "Server wiring"):
   first decided by ``AnswerArbiter`` (one script in Redis); a loser gets the
   same 409 the confirmation route gives, naming the winner.
 - **Replica loss.** Every replica runs a ``LapseWatcher``. Turns are listed
-  as running from the event stream (``turn.started`` ... its end). When an
+  as running by the event log, in the step that stores ``turn.started`` (and
+  unlisted with the turn's end; see ``RedisEventLog``). When an
   owner's lease lapses with listed turns, one survivor resolves the turns'
   pending confirmations ``cancelled`` and ends each turn ``turn.failed``
   (``reason: replica_lost``). A later request for the session adopts it if
@@ -149,7 +150,12 @@ class ClusterServices:
         if not await self._check_redis():
             raise ConfigInvalid(f"cannot reach Redis at {_safe_url(self.url)}")
         self.bus = ClusterBus(
-            self.redis, keys=self.keys, on_failure=on_failure, max_queue=max_queue
+            self.redis,
+            keys=self.keys,
+            on_failure=on_failure,
+            max_queue=max_queue,
+            replica_id=self.replica_id,
+            lease_ttl_ms=self.leases.ttl_ms,
         )
         await self.bus.start()
         return self.bus
@@ -302,9 +308,11 @@ class ClusterServices:
     # -- the turn tracker ----------------------------------------------------------
 
     async def _track(self, sub: Any) -> None:
-        """List this replica's running turns in Redis (for the lapse watcher) and
-        keep the directory's view of its sessions fresh, from the event stream:
-        every way a turn starts (route, MCP, sub-agent) publishes the same events."""
+        """Keep this replica's leases and the directory's view of its sessions
+        fresh, from the event stream: every way a session or turn starts
+        (route, MCP, sub-agent) publishes the same events. (Running turns are
+        listed by the event log itself, in the step that stores their events:
+        see ``RedisEventLog``.)"""
         assert self.bus is not None
         bus = self.bus
         for _attempt in range(1_000_000):
@@ -313,7 +321,7 @@ class ClusterServices:
                     try:
                         await self._track_one(record.type, record.session_id, record.turn_id)
                     except RedisError as exc:
-                        log.warning("cluster: turn tracking: %s", exc)
+                        log.warning("cluster: session tracking: %s", exc)
                 return
             except SubscriberTooSlow:
                 after = sub.last_cursor if sub.last_cursor is not None else bus.last_seq
@@ -333,11 +341,7 @@ class ClusterServices:
             return
         if session_id not in self.leases.held or turn_id is None:
             return
-        if type_ == "turn.started":
-            await self.leases.turn_started(session_id, turn_id)
-        elif type_ in _TURN_ENDS:
-            await self.leases.turn_ended(session_id, turn_id)
-        else:
+        if type_ != "turn.started" and type_ not in _TURN_ENDS:
             return
         record = store.get_session(session_id)
         if record is not None:

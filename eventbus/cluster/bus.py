@@ -42,7 +42,9 @@ class ClusterBus:
     """publish/subscribe/flush/close like ``eventbus.EventBus``, on Redis.
 
     ``client`` decodes responses; the live feed gets its own connection
-    from the same pool for its blocking reads.
+    from the same pool for its blocking reads. ``replica_id`` and
+    ``lease_ttl_ms`` (a server's replica) make the log keep ownership as the
+    events are stored (see ``RedisEventLog``).
     """
 
     def __init__(
@@ -52,8 +54,10 @@ class ClusterBus:
         keys: Keys | None = None,
         on_failure: Callable[[BaseException], None] | None = None,
         max_queue: int = 10_000,
+        replica_id: str | None = None,
+        lease_ttl_ms: int = 10_000,
     ) -> None:
-        self.log = RedisEventLog(client, keys)
+        self.log = RedisEventLog(client, keys, replica_id=replica_id, lease_ttl_ms=lease_ttl_ms)
         self.feed = LiveFeed(client, self.log, max_queue=max_queue)
         self._pending: list[EventDraft] = []
         self._wake = asyncio.Event()

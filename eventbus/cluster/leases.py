@@ -2,11 +2,13 @@
 
 A lease is ``SET owner:<session> <replica> NX PX ttl``. The holder renews
 all its leases from one heartbeat task (a script extends only the keys it
-still holds), and deletes them on a clean shutdown. The owner also lists its
-running turns (``running:<session>``, turn id -> replica): if the lease
-lapses while turns are listed, the replica died mid-turn, and a surviving
-replica's ``LapseWatcher`` claims them (one script, so exactly one replica
-does) and hands them to a callback that ends them ``replica_lost``.
+still holds), and deletes them on a clean shutdown. The owner's running turns
+are listed in ``running:<session>`` (turn id -> replica) by the event log, in
+the step that stores their ``turn.started`` and end events (see
+``RedisEventLog``): if the lease lapses while turns are listed, the replica
+died mid-turn, and a surviving replica's ``LapseWatcher`` claims them (one
+script, so exactly one replica does) and hands them to a callback that ends
+them ``replica_lost``.
 """
 
 from __future__ import annotations
@@ -111,16 +113,6 @@ class Leases:
         """Give the lease up (only if held by this replica)."""
         self._held.discard(session_id)
         return bool(await self._release(keys=[self.keys.owner(session_id)], args=[self.replica_id]))
-
-    async def turn_started(self, session_id: str, turn_id: str) -> None:
-        """List a running turn, so a lapse of this replica's lease ends it."""
-        async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.hset(self.keys.running(session_id), turn_id, self.replica_id)
-            pipe.sadd(self.keys.running_sessions, session_id)
-            await pipe.execute()
-
-    async def turn_ended(self, session_id: str, turn_id: str) -> None:
-        await self._redis.hdel(self.keys.running(session_id), turn_id)
 
     async def start(self) -> None:
         """Start the heartbeat: renewals every third of the TTL."""

@@ -39,6 +39,12 @@ _WALK = 512
 # A script call is one Redis command: bound how much one carries.
 MAX_BATCH = 1000
 HEADER_SEPARATOR = "\x1f"
+# The events that change ownership in the step that stores them (see
+# scripts.APPEND): a session's creation takes its lease, a turn's start lists
+# it as running, a turn's end unlists it.
+OWNERSHIP_EVENTS = frozenset(
+    {"session.created", "turn.started", "turn.completed", "turn.failed", "turn.cancelled"}
+)
 
 
 def _utc_now() -> str:
@@ -111,6 +117,15 @@ class RedisEventLog:
 
     ``client`` must decode responses (``decode_responses=True``). Methods
     raise EventLogError when Redis fails, CursorExpired for a pruned cursor.
+
+    With a ``replica_id`` (a server's replica), appending an event also
+    keeps ownership, in the same script that stores it: ``session.created``
+    takes the session's lease for ``lease_ttl_ms`` (if nobody holds it; the
+    replica's ``Leases.acquire`` then adopts it into its heartbeat),
+    ``turn.started`` lists the turn as running (``Keys.running``, for the
+    lapse watcher) while this replica holds the lease, and the turn's end
+    unlists it. A turn that any reader saw start is therefore listed, however
+    soon after its replica dies.
     """
 
     # What the server's metrics read of the embedded log to measure its file:
@@ -118,9 +133,18 @@ class RedisEventLog:
     path = ":memory:"
     closed = True
 
-    def __init__(self, client: aioredis.Redis, keys: Keys | None = None) -> None:
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        keys: Keys | None = None,
+        *,
+        replica_id: str | None = None,
+        lease_ttl_ms: int = 10_000,
+    ) -> None:
         self._redis = client
         self.keys = keys or Keys()
+        self.replica_id = replica_id
+        self.lease_ttl_ms = lease_ttl_ms
         self._append = client.register_script(APPEND)
 
     async def start(self) -> tuple[int, dict[str, int]]:
@@ -150,16 +174,22 @@ class RedisEventLog:
     async def _append_batch(self, drafts: Sequence[EventDraft]) -> list[EventRecord]:
         if not drafts:
             return []
-        keys = [self.keys.seq, self.keys.global_stream, self.keys.session_seqs]
-        args: list[str] = []
+        k = self.keys
+        keys = [k.seq, k.global_stream, k.session_seqs, k.running_sessions]
+        owner_keys: list[str] = []
+        args: list[str] = [self.replica_id or "", str(self.lease_ttl_ms)]
         bodies: list[str] = []
         for draft in drafts:
             body = draft.body()
             bodies.append(body)
-            keys.append(self.keys.session_stream(draft.session_id))
+            keys.append(k.session_stream(draft.session_id))
+            marked = bool(self.replica_id) and draft.type in OWNERSHIP_EVENTS
+            if marked:
+                owner_keys += [k.owner(draft.session_id), k.running(draft.session_id)]
             args += [draft.session_id, draft.type, draft.turn_id or "", draft.ts, body]
+            args.append("1" if marked else "")
         try:
-            numbers = await self._append(keys=keys, args=args)
+            numbers = await self._append(keys=keys + owner_keys, args=args)
         except RedisError as exc:
             raise EventLogError(f"redis event log append failed: {exc}") from exc
         records = []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import signal
 import sys
 from pathlib import Path
@@ -18,7 +19,9 @@ from eventbus.cluster.forwarding import (
     HandlerRefused,
     ReplicaUnavailable,
 )
+from eventbus.cluster.keys import Keys
 from eventbus.cluster.leases import LapseWatcher, Leases, LostTurns
+from eventbus.cluster.log import EventDraft, RedisEventLog
 from eventbus.cluster.presence import Presence
 from tests.cluster.conftest import STEP_TIMEOUT, RedisServer
 
@@ -29,12 +32,19 @@ import asyncio, sys
 sys.path.insert(0, sys.argv[1])
 import redis.asyncio as aioredis
 from eventbus.cluster.leases import Leases
+from eventbus.cluster.log import EventDraft, RedisEventLog
 
 async def main() -> None:
     client = aioredis.Redis.from_url(sys.argv[2], decode_responses=True)
     leases = Leases(client, "child", ttl_ms=300)
-    assert await leases.acquire("sess")
-    await leases.turn_started("sess", "turn_1")
+    log = RedisEventLog(client, replica_id="child", lease_ttl_ms=300)
+    # A session created and its turn started in one append (as a sub-agent's
+    # are): the script takes the lease, then lists the turn.
+    await log.append([
+        EventDraft("session.created", "sess", {}),
+        EventDraft("turn.started", "sess", {}, turn_id="turn_1"),
+    ])
+    assert await leases.acquire("sess")  # already held: into the heartbeat
     await leases.start()
     print("ready", flush=True)
     await asyncio.sleep(3600)
@@ -91,6 +101,65 @@ async def test_lapsed_lease_of_a_killed_owner_is_claimed_once(
         for watcher in watchers:
             await watcher.close()
         await mine.close()
+        await other.aclose()
+
+
+_ENDS = ("turn.completed", "turn.failed", "turn.cancelled")
+
+
+async def test_ownership_follows_the_stored_events_whatever_the_batching(
+    redis_client: aioredis.Redis, redis_server: RedisServer
+) -> None:
+    """After every append, Redis holds exactly the ownership the stored events
+    imply: a session's lease is its first creator's, a turn is listed while
+    its start (stored by the lease holder) is not followed by its end, and a
+    log without a replica id changes nothing. Random batches, two replicas
+    and a plain log, checked against a model after each append."""
+    keys = Keys("ownership")
+    other = redis_server.client()
+    logs = {
+        "a": RedisEventLog(redis_client, keys, replica_id="a", lease_ttl_ms=60_000),
+        "b": RedisEventLog(other, keys, replica_id="b", lease_ttl_ms=60_000),
+        "": RedisEventLog(redis_client, keys),
+    }
+    rng = random.Random(16)
+    owner: dict[str, str] = {}
+    running: dict[str, dict[str, str]] = {}
+    started: list[tuple[str, str]] = []
+    sessions = [f"s{i}" for i in range(4)]
+    try:
+        for step in range(80):
+            name = rng.choice(list(logs))
+            batch: list[EventDraft] = []
+            for _ in range(rng.randint(1, 6)):
+                sid = rng.choice(sessions)
+                kind = rng.choice(("created", "started", "ended", "ended", "other"))
+                if kind == "created":
+                    batch.append(EventDraft("session.created", sid, {}))
+                    if name and sid not in owner:
+                        owner[sid] = name
+                elif kind == "started":
+                    turn = f"t{step}_{len(batch)}"
+                    batch.append(EventDraft("turn.started", sid, {}, turn_id=turn))
+                    started.append((sid, turn))
+                    if name and owner.get(sid) == name:
+                        running.setdefault(sid, {})[turn] = name
+                elif kind == "ended" and started:
+                    sid, turn = rng.choice(started)
+                    batch.append(EventDraft(rng.choice(_ENDS), sid, {}, turn_id=turn))
+                    if name:
+                        running.get(sid, {}).pop(turn, None)
+                else:
+                    batch.append(EventDraft("message.delta", sid, {"text": "x"}, turn_id="t"))
+            await logs[name].append(batch)
+            for sid in sessions:
+                assert await redis_client.get(keys.owner(sid)) == owner.get(sid), (step, sid)
+                listed = await redis_client.hgetall(keys.running(sid))
+                assert listed == running.get(sid, {}), (step, sid)
+            with_turns = {sid for sid, turns in running.items() if turns}
+            assert await redis_client.smembers(keys.running_sessions) == with_turns, step
+        assert owner and any(running.values()), "the run never listed a turn"
+    finally:
         await other.aclose()
 
 

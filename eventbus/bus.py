@@ -641,6 +641,9 @@ class EventBus:
     def _drop_marks_through(self, last: int) -> None:
         """Forget the ring marks of events up to ``last`` (sent or committed)."""
         marks = self._ring_marks
+        if marks and marks[-1][0] <= last:
+            marks.clear()  # the usual case, a batch of everything pending: no walk
+            return
         while marks and marks[0][0] <= last:
             marks.popleft()
 
@@ -655,6 +658,8 @@ class EventBus:
         records = self._pending[: self._max_batch]
         last = records[-1].seq
         marks = self._ring_marks
+        if marks and marks[-1][0] <= last:
+            return _Batch(records, marks[-1][1])  # every mark is the batch's: no walk
         ring_end = 0
         # (Not popped here: a batch that fails is sent again.)
         for seq, end in marks:

@@ -183,6 +183,51 @@ async def test_sending_ahead_keeps_only_the_ring_marks_of_unsent_events(tmp_path
         log.close()
 
 
+async def test_each_batch_sent_releases_the_ring_up_to_its_own_last_event(
+    tmp_path: Path,
+) -> None:
+    """Batches smaller than what is pending (``max_batch``) are sent while
+    later events are already in the ring: each batch must carry the ring
+    position right after its own last event (not 0, not a later event's:
+    the log process would let the server overwrite what SQLite lacks), and
+    the marks of the events still pending must survive its send."""
+    log = EventLog.open(tmp_path / "events.db")
+    try:
+        bus = EventBus(log, max_batch=100)
+        await bus.start()
+        sender = bus._sender
+        ring = bus._ring
+        assert sender is not None and ring is not None
+        ends: dict[int, int] = {}
+        sent: list[tuple[int, int]] = []
+        send_append = sender.send_append
+
+        def recording(
+            records: list[EventRecord],
+            on_reply: Callable[[BaseException | None], None],
+            ring_end: int = 0,
+        ) -> None:
+            sent.append((records[-1].seq, ring_end))
+            send_append(records, on_reply, ring_end)
+
+        sender.send_append = recording  # type: ignore[method-assign]
+        total = 3 * 256 + 41
+        for i in range(total):
+            bus.publish("message.delta", {"text": "x" * 64, "i": i}, session_id="s")
+            ends[bus.last_seq] = ring.position  # copied into the ring at publish
+            assert len(bus._ring_marks) <= len(bus._pending)
+        await bus.flush()
+        assert log.count() == total
+        assert len(sent) >= total // 100
+        assert any(last < bus.last_seq - 100 for last, _ in sent), "no partial batch was sent"
+        for last, ring_end in sent:
+            assert ring_end == ends[last], (last, ring_end)
+        assert ring.ingested == ring.position
+        await bus.close()
+    finally:
+        log.close()
+
+
 async def test_the_log_process_refuses_a_batch_that_would_leave_a_hole(tmp_path: Path) -> None:
     """Appends sent back to back through the real child: each is committed only
     if it continues the log, so one sent behind a failed one fails too."""

@@ -54,6 +54,7 @@ from eventbus.cluster.bus import ClusterBus
 from eventbus.cluster.forwarding import Forwarder, ForwardError, HandlerRefused, ReplicaUnavailable
 from eventbus.cluster.keys import Keys
 from eventbus.cluster.leases import LapseWatcher, Leases, LostTurns
+from eventbus.cluster.log import OWNERSHIP_EVENTS
 from eventbus.cluster.presence import Presence as ClusterPresence
 from server.auth import Principal
 from server.cluster_routing import SESSION_PATH, default_replica_id
@@ -81,8 +82,6 @@ WATCHDOG_INTERVAL_S = 0.2
 # Bounds on the scan of a lost session's events for pending confirmations.
 _SCAN_PAGE = 500
 _SCAN_PAGES = 2_000
-_TURN_ENDS = frozenset({"turn.completed", "turn.failed", "turn.cancelled"})
-
 _ANSWER_PATH = re.compile(r"^/sessions/([^/]+)/turns/([^/]+)/confirmations/([^/]+)$")
 
 
@@ -341,7 +340,7 @@ class ClusterServices:
             return
         if session_id not in self.leases.held or turn_id is None:
             return
-        if type_ != "turn.started" and type_ not in _TURN_ENDS:
+        if type_ not in OWNERSHIP_EVENTS:  # a turn's start or end: describe it again
             return
         record = store.get_session(session_id)
         if record is not None:

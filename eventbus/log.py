@@ -42,10 +42,15 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import orjson
+
 from eventbus.errors import CursorExpired, EventLogError
 from eventbus.record import EventRecord
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Version 1 had the same tables; only events_turn_end's condition differs
+# (an IN list): opening such a log re-creates that index (``_prepare``).
+_UPGRADES_FROM = {1: "DROP INDEX IF EXISTS events_turn_end;"}
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
@@ -59,8 +64,10 @@ CREATE TABLE IF NOT EXISTS events (
 );
 CREATE UNIQUE INDEX IF NOT EXISTS events_by_session ON events (session_id, session_seq);
 -- Only turns' terminal events: crash recovery asks which turns already ended (turn_ends).
+-- Spelled with OR, not IN: SQLite evaluates the condition at every insert, and
+-- an IN list there cost ~1.5 us per event (a third of the insert), OR ~0.3.
 CREATE INDEX IF NOT EXISTS events_turn_end ON events (turn_id)
-    WHERE type IN ('turn.cancelled', 'turn.completed', 'turn.failed');
+    WHERE type = 'turn.cancelled' OR type = 'turn.completed' OR type = 'turn.failed';
 -- Filtered all-sessions replays seek each visible session by seq (replay_page).
 CREATE INDEX IF NOT EXISTS events_by_session_and_seq ON events (session_id, seq);
 CREATE TABLE IF NOT EXISTS session_counters (
@@ -133,8 +140,8 @@ _ROW_OVERHEAD = 96
 MAX_REPLAY_LIMIT = 10_000
 # The same text as the partial index's WHERE, so SQLite can use that index.
 _TURN_ENDS = (
-    "SELECT turn_id, json FROM events WHERE type IN ('turn.cancelled', 'turn.completed', "
-    "'turn.failed') AND turn_id IN (SELECT value FROM json_each(?)) ORDER BY seq"
+    "SELECT turn_id, json FROM events WHERE (type = 'turn.cancelled' OR type = 'turn.completed' "
+    "OR type = 'turn.failed') AND turn_id IN (SELECT value FROM json_each(?)) ORDER BY seq"
 )
 
 # SQLite result codes that mean the storage under the file failed, not the
@@ -248,7 +255,9 @@ def unpack_rows(meta_json: str, texts: str) -> list[Row]:
     """Rows from a packed append (what the log process receives): the index
     columns as a JSON array of ``[seq, session_seq, session_id, type, turn_id,
     ts]`` and the envelope texts joined by 0x1E, in the same order."""
-    meta: list[list[Any]] = json.loads(meta_json)
+    # orjson: half the standard library's parse time here (0.14 us a row
+    # against 0.27), in the log process, on every event.
+    meta: list[list[Any]] = orjson.loads(meta_json)
     parts = texts.split(_RECORD_SEPARATOR) if texts else []
     if len(parts) != len(meta) or not all(isinstance(m, list) and len(m) == 6 for m in meta):
         raise EventLogError(
@@ -402,7 +411,7 @@ class EventLog:
     @staticmethod
     def _prepare(conn: sqlite3.Connection, spec: str) -> None:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if version not in (0, SCHEMA_VERSION):
+        if version not in (0, SCHEMA_VERSION, *_UPGRADES_FROM):
             raise EventLogError(
                 f"event log {spec!r} has schema version {version}; this build reads "
                 f"version {SCHEMA_VERSION}"
@@ -419,8 +428,12 @@ class EventLog:
             if str(mode).lower() != "wal":
                 raise EventLogError(f"event log {spec!r} could not switch to WAL (got {mode!r})")
         conn.execute("PRAGMA synchronous = NORMAL")
-        conn.executescript(_SCHEMA)
-        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        # One transaction: a crash midway leaves the old version, done again
+        # at the next open.
+        upgrade = _UPGRADES_FROM.get(version, "")
+        conn.executescript(
+            f"BEGIN IMMEDIATE; {upgrade} {_SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
+        )
 
     @staticmethod
     def _query_last_seq(conn: sqlite3.Connection) -> int:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from eventbus.ring import HEADER_SIZE, RECORD, Ring
+from eventbus.ring import HEADER_SIZE, MAGIC, RECORD, Ring
 
 CAPACITY = 64 * 1024
 
@@ -84,7 +84,7 @@ def test_a_whole_record_that_is_no_envelope_ends_the_scan(tmp_path: Path) -> Non
     ring = Ring.open(str(tmp_path / "events.ring"), log_inode=1, capacity=CAPACITY)
     try:
         assert ring.write(1, _event(1, 10)) is not None
-        assert ring.write(2, b"not an envelope") is not None  # its CRC is right
+        assert ring.write(2, b"not an envelope") is not None  # its check is right
         assert ring.write(3, _event(3, 10)) is not None
         assert [row[0] for row in ring.recover(0)[0]] == [1]
     finally:
@@ -136,3 +136,65 @@ def test_a_full_ring_refuses_until_released_and_a_huge_event_never_fits(tmp_path
         assert RECORD.size == 16
     finally:
         ring.close()
+
+
+def test_a_record_moved_to_another_seq_fails_its_check(tmp_path: Path) -> None:
+    # The seq is part of the check: a record of an earlier lap whose header
+    # was rewritten with the expected seq (a torn header) does not pass.
+    ring = Ring.open(str(tmp_path / "events.ring"), log_inode=1, capacity=CAPACITY)
+    try:
+        assert ring.write(1, _event(1, 10)) is not None
+        length, check, seq = RECORD.unpack_from(ring._map, HEADER_SIZE)
+        assert seq == 1
+        RECORD.pack_into(ring._map, HEADER_SIZE, length, check, 2)
+        assert ring.recover(1) == ([], 0)
+        RECORD.pack_into(ring._map, HEADER_SIZE, length, check, 1)
+        assert [row[0] for row in ring.recover(0)[0]] == [1]
+    finally:
+        ring.close()
+
+
+def _previous_format_ring(path: str, inode: int, events: list[bytes]) -> None:
+    """A ring as the previous build wrote it (magic TRLYRNG1, CRC-32 of the
+    seq and the payload), written here byte by byte, independently of Ring."""
+    import struct
+    import zlib
+
+    with open(path, "wb") as f:
+        f.write(struct.pack("<8sQQQ", b"TRLYRNG1", CAPACITY, inode, 0).ljust(HEADER_SIZE, b"\0"))
+        body = bytearray(CAPACITY)
+        offset = 0
+        for seq, payload in enumerate(events, start=1):
+            crc = zlib.crc32(payload, zlib.crc32(seq.to_bytes(8, "little")))
+            struct.pack_into("<IIQ", body, offset, len(payload), crc, seq)
+            body[offset + 16 : offset + 16 + len(payload)] = payload
+            offset += (16 + len(payload) + 15) & ~15
+        f.write(body)
+
+
+def test_a_ring_of_the_previous_format_is_recovered_then_switched(tmp_path: Path) -> None:
+    path = str(tmp_path / "events.ring")
+    events = [_event(seq, 50 * seq) for seq in range(1, 8)]
+    _previous_format_ring(path, 3, events)
+
+    # The log process, after the upgrade: what the crash left is read back.
+    log_side = Ring.open(path, log_inode=3, capacity=CAPACITY)
+    rows, position = log_side.recover(2)  # SQLite had 1 and 2
+    assert [row[0] for row in rows] == [3, 4, 5, 6, 7]
+    assert [row[6].encode() for row in rows] == events[2:]
+    log_side.mark_ingested(position)
+    log_side.close()
+
+    # The server starts writing where the scan ended: the ring is of this
+    # format from then on, and a crash after that is recovered with it.
+    server = Ring.open(path, log_inode=3, capacity=CAPACITY)
+    server.start_at(position)
+    assert server._map[: len(MAGIC)] == MAGIC
+    assert server.write(8, _event(8, 10)) is not None
+    assert server.write(9, _event(9, 10)) is not None
+    server.close()
+    again = Ring.open(path, log_inode=3, capacity=CAPACITY)
+    try:
+        assert [row[0] for row in again.recover(7)[0]] == [8, 9]
+    finally:
+        again.close()

@@ -36,16 +36,17 @@ awaiting_confirmation →  ``tool.confirmation_resolved`` first (when an answer
 While running, output chunks go out as ``tool.output_delta`` (``emit_output``).
 Hook runs publish their own ``hook.completed`` (pipeline/hooks.py).
 
-Every event goes out as a typed payload (protocol.payloads) through the
-publisher's ``emit``. The payloads a call builds from its own checked
-objects and that hold no nested model use ``Payload.trusted`` (no
-re-validation): validating ``tool.called`` and ``tool.completed`` measured
-4-5 us per call, a quarter of the dispatcher's own overhead; the bus's debug
-mode still validates them. The two every call publishes go through
-``trusted_from`` with every field named (no copy), and the result block
-through ``_result_block`` (specs/tool-dispatcher.md, "Cost of the road").
-``tool.failed`` and ``tool.confirmation_requested`` (nested ``blocked_by``
-and ``preview``) are built validated: they are rare.
+Events go out through the publisher (dispatcher.publisher). The ones every
+call publishes, ``tool.called`` and ``tool.completed``, and the streamed
+``tool.output_delta`` are built here field by field from objects already
+checked and handed to ``publish`` as the data dict: validating them measured
+4-5 us per call, a quarter of the dispatcher's own overhead, and even an
+unvalidated payload model cost ~1 us an event for the bus to take apart
+again. The bus's debug mode (and every server test) checks that data
+against the payload model; tests/dispatcher/test_call_fast_paths.py checks
+that it names every field. The rarer events are payload models built
+validated, through ``emit``. The result block is built by
+``_result_block`` (specs/tool-dispatcher.md, "Cost of the road").
 """
 
 from __future__ import annotations
@@ -55,27 +56,27 @@ import dataclasses
 import time
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from pydantic import BaseModel
 
+from dispatcher.elapsed import elapsed_ms
 from dispatcher.errors import ToolError, ToolErrorClass, ToolValidationFailed
 from dispatcher.event_output import bounded_blocks, bounded_text, utf8_size
 from dispatcher.pipeline.dry_run import PlannedAction, recorded_message
 from dispatcher.pipeline.guardrails import GuardrailWarning
+from dispatcher.publisher import EventPublisher
 from dispatcher.tool import CallRating, Tool, ToolContext, ToolOutput
 from protocol.canonical import ImageBlock, TextBlock, ToolResultBlock, ToolUseBlock
 from protocol.payloads import GuardrailWarning as GuardrailWarningEvent
 from protocol.payloads import (
+    InputError,
     Payload,
-    ToolCalled,
-    ToolCompleted,
     ToolConfirmationRequested,
     ToolConfirmationResolved,
     ToolFailed,
     ToolInputInvalid,
-    ToolOutputDelta,
     ToolPlanned,
 )
 
@@ -152,14 +153,6 @@ class InvalidTransition(RuntimeError):
     """A move the table does not allow: a bug in the dispatcher, never the model's."""
 
 
-class Emit(Protocol):
-    """The bus's typed ``emit`` (see dispatcher.publisher.EventPublisher)."""
-
-    def __call__(
-        self, payload: Payload, *, session_id: str, turn_id: str | None = None
-    ) -> None: ...
-
-
 @dataclass(slots=True, eq=False)
 class ToolCall:
     """One call from receipt to outcome; see the module docstring."""
@@ -167,8 +160,8 @@ class ToolCall:
     tool_use: ToolUseBlock
     session_id: str
     turn_id: str
-    # The publisher's ``emit``: every event of the call goes out through it.
-    emit: Emit
+    # Where every event of the call goes (see the module docstring).
+    publisher: EventPublisher
     # Events carry at most this much tool output (the result keeps it all).
     max_event_output_bytes: int
     session: DispatchSession | None = None
@@ -191,7 +184,7 @@ class ToolCall:
     # The outcome: exactly one of these is set when the call ends.
     output: ToolOutput | None = None
     error: ToolError | None = None
-    invalid: list[dict[str, str]] | None = None
+    invalid: list[InputError] | None = None
     result: ToolResultBlock | None = None
     # False for a call answered outside the dispatcher (cancelled before it
     # started, interrupted by a restart): it never ran, its duration is 0.
@@ -233,10 +226,17 @@ class ToolCall:
             self._publish_warnings()
         elif new is _RUNNING:
             self.started = time.perf_counter()
-            self._send(ToolCalled.trusted_from(self._called_data()))
+            self.publisher.publish(
+                "tool.called", self._called_data(), session_id=self.session_id, turn_id=self.turn_id
+            )
         elif new is _COMPLETED:
             assert self.output is not None
-            self._send(ToolCompleted.trusted_from(self._completed_data(self.output)))
+            self.publisher.publish(
+                "tool.completed",
+                self._completed_data(self.output),
+                session_id=self.session_id,
+                turn_id=self.turn_id,
+            )
         elif new is _AWAITING:
             assert self.request is not None, "set the request before asking"
             self._send(ToolConfirmationRequested(**self.request.event_data()))
@@ -247,7 +247,7 @@ class ToolCall:
         elif new is _FAILED or new is _CANCELLED:
             if self.invalid is not None:
                 self._send(
-                    ToolInputInvalid.trusted(
+                    ToolInputInvalid(
                         tool_use_id=self.tool_use.id,
                         tool_name=self.tool_use.name,
                         errors=self.invalid,
@@ -323,7 +323,7 @@ class ToolCall:
 
     # -- outcomes ----------------------------------------------------------------
 
-    def refuse(self, errors: list[dict[str, str]], text: str) -> ToolResultBlock:
+    def refuse(self, errors: list[InputError], text: str) -> ToolResultBlock:
         """End the call as ``tool.input_invalid`` with ``text`` for the model."""
         self.invalid = errors
         self.result = _error_result(self.tool_use.id, text)
@@ -376,12 +376,14 @@ class ToolCall:
         if size is not None:
             data["truncated"] = True
             data["output_bytes"] = size
-        self._send(ToolOutputDelta.trusted(**data))
+        self.publisher.publish(
+            "tool.output_delta", data, session_id=self.session_id, turn_id=self.turn_id
+        )
 
     # -- payloads ------------------------------------------------------------------
 
     def _send(self, payload: Payload) -> None:
-        self.emit(payload, session_id=self.session_id, turn_id=self.turn_id)
+        self.publisher.emit(payload, session_id=self.session_id, turn_id=self.turn_id)
 
     def _publish_warnings(self) -> None:
         """``guardrail.warning`` for each warning not published yet."""
@@ -397,8 +399,7 @@ class ToolCall:
         self._warned = len(warnings)
 
     def _duration_ms(self) -> float:
-        since = self.started if self.started is not None else self.received
-        return round((time.perf_counter() - since) * 1000, 3)
+        return elapsed_ms(self.started if self.started is not None else self.received)
 
     def _called_data(self) -> dict[str, Any]:
         entry = self.entry
@@ -412,7 +413,7 @@ class ToolCall:
         }
 
     def _completed_data(self, output: ToolOutput) -> dict[str, Any]:
-        """Every field of ``tool.completed`` (``trusted_from`` then copies nothing)."""
+        """Every field of ``tool.completed``, as the event's data."""
         limit = self.max_event_output_bytes
         content, output_bytes, truncated = _event_content(output.content, limit)
         # Validated against the output_schema when the tool declares one.
@@ -501,9 +502,10 @@ def bounded_structured(
 
 
 # A ToolResultBlock built as pydantic's ``model_construct`` builds it (the
-# four slots of a v2 model, each set through its own descriptor, as
-# Payload.trusted_from does), without its per-field loop: ~0.5 us against 2.2
-# per call. ``type`` is the one field the caller never sets.
+# four slots of a v2 model, each set through its own descriptor: ~0.04 us,
+# where ``object.__setattr__`` finds the descriptor by name on every call),
+# without its per-field loop: ~0.5 us against 2.2 per call. ``type`` is the
+# one field the caller never sets.
 _new = object.__new__
 _set_dict = BaseModel.__dict__["__dict__"].__set__
 _set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
@@ -569,4 +571,4 @@ def resolution_event(resolution: Resolution, tool_use_id: str) -> ToolConfirmati
     """The one builder of ``tool.confirmation_resolved``: a call's own answer, and
     (server/cluster.py) a lost replica's pending requests that a survivor ends
     ``cancelled`` when no call is left to answer them."""
-    return ToolConfirmationResolved.trusted(**resolution.event_data(tool_use_id))
+    return ToolConfirmationResolved(**resolution.event_data(tool_use_id))

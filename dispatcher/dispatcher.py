@@ -32,7 +32,7 @@ import types
 from collections.abc import Callable, Coroutine, Generator, Mapping, Sequence
 from typing import Any
 
-from dispatcher.call import CallState, Emit, ToolCall, output_text
+from dispatcher.call import CallState, ToolCall, output_text
 from dispatcher.confirmations import ConfirmationBroker, ConfirmationRequest, RememberedAnswer
 from dispatcher.errors import (
     ConfirmationTimeout,
@@ -139,9 +139,8 @@ class ToolDispatcher:
         # Events carry at most this much tool output (the result block keeps it all).
         self.max_event_output_bytes = max_event_output_bytes
         self._registry = ToolRegistry()
-        pub = publisher or NullPublisher()
-        # Every event of a call goes out typed, through the publisher's emit.
-        self._emit: Emit = pub.emit
+        # Where every event of a call goes (dispatcher.call explains how).
+        self._publisher: EventPublisher = publisher or NullPublisher()
         self.broker = broker or ConfirmationBroker()
         self.cancel_grace = cancel_grace
         self._in_flight: dict[str, set[ToolCall]] = {}
@@ -521,7 +520,7 @@ class ToolDispatcher:
             tool_use,
             session.session_id,
             turn_id,
-            self._emit,
+            self._publisher,
             self.max_event_output_bytes,
             session,
         )
@@ -763,7 +762,7 @@ class ToolDispatcher:
         ``tool.failed`` with ``error_class: cancelled``, no duration, and the
         result ``Interrupted: <reason>.``. Needs no live DispatchSession, so
         recovery after a restart can use it."""
-        call = ToolCall(block, session_id, turn_id, self._emit, self.max_event_output_bytes)
+        call = ToolCall(block, session_id, turn_id, self._publisher, self.max_event_output_bytes)
         call.timed = False
         call.fail(ToolCancelled(reason))
         text = f"Interrupted: {reason}."

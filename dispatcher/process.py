@@ -38,6 +38,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dispatcher.elapsed import elapsed_ms
 from dispatcher.reaper import child_reaper
 from dispatcher.tool import OutputSink
 
@@ -316,7 +317,7 @@ class ProcessRunner:
             timed_out=timed_out,
             cancelled=was_cancelled,
             background_killed=background_killed,
-            duration_ms=round((time.perf_counter() - started) * 1000, 3),
+            duration_ms=elapsed_ms(started),
             pid=proc.pid,
         )
 

@@ -257,7 +257,9 @@ class EventBus:
         self._progress = asyncio.Event()
         self._writer: asyncio.Task[None] | None = None
 
-        self._published = 0
+        # ``seq`` when the bus started: published = seq - this (no counter on
+        # the publish path).
+        self._first_seq = 0
         self._committed = 0
         self._delivered = 0
         self._batches = 0
@@ -279,6 +281,7 @@ class EventBus:
         if self._sender is not None:
             self._ring = self._sender.ring
         self._delivered_seq = self._committed_seq = self._ringed_seq = self._seq
+        self._first_seq = self._seq
         self._state = "running"
         self._writer = asyncio.create_task(self._run_writer(), name="eventbus-writer")
 
@@ -490,7 +493,6 @@ class EventBus:
         record = EventRecord(seq, session_seq, session_id, name, turn_id, ts, encoded)
         pending = self._pending
         pending.append(record)
-        self._published += 1
         ring = self._ring
         if ring is None:
             if len(pending) == 1:
@@ -1103,7 +1105,7 @@ class EventBus:
     def stats(self) -> BusStats:
         """A snapshot of the counters since ``start()``."""
         return BusStats(
-            published=self._published,
+            published=self._seq - self._first_seq,
             committed=self._committed,
             delivered=self._delivered,
             batches=self._batches,

@@ -5,13 +5,17 @@ One set of types, used end to end: publishers build them and hand them to
 bus encodes them straight to the log and the WebSocket, the Python SDK
 parses ``data`` with them, and the bus's debug mode
 (``EventBus(validate_payloads=True)`` or ``TOOLRELAY_EVENT_DEBUG=1``) checks
-every published payload through ``eventbus.validation``.
+every published payload through ``eventbus.validation``. The three events a
+tool call builds field by field from values it has already checked
+(``tool.called``, ``tool.completed``, ``tool.output_delta``) go to
+``EventBus.publish`` as the data dict, without a model (see
+dispatcher.publisher); debug mode checks that data against these models.
 
 Cost (measured on the 2-core development machine, ``python -m
 benchmarks.event_encoding``): building a payload validates it, about 1-1.5
 us for ``MessageDelta`` and 2.5-3 us for a ``ToolCompleted`` with 2 KB of
 output; ``model_construct`` measured no faster (it is Python code), so the
-class call is the way to build one. Encoding reads the fields directly
+class call is the one way to build one. Encoding reads the fields directly
 (no ``model_dump``).
 
 Payloads are extensible: unknown keys are kept (``extra="allow"``), so a
@@ -26,9 +30,9 @@ a test keeps them equal to the dispatcher's enums.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Annotated, Any, ClassVar, Literal, NotRequired, Self
+from typing import Annotated, Any, ClassVar, Literal, NotRequired
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, with_config
 from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
@@ -52,22 +56,6 @@ ScopeName = Literal["once", "session"]
 PreviewKind = Literal["diff", "command", "text"]
 
 NonEmpty = Annotated[str, Field(min_length=1)]
-
-# Payload.trusted builds instances the way pydantic's own model_construct does:
-# a bare instance and the four slots pydantic v2 (2.14) keeps a model's state
-# in, each set through its own descriptor (~0.04 us; ``object.__setattr__``
-# finds the descriptor by name on every call, ~0.08 us).
-_new = object.__new__
-_set_dict = BaseModel.__dict__["__dict__"].__set__
-_set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
-_set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
-_set_private = BaseModel.__dict__["__pydantic_private__"].__set__
-# Each payload class's field names and the defaults of its optional fields,
-# for ``trusted``. A module dict, not a class attribute: every attribute
-# look-up on a pydantic model class goes through its metaclass's
-# ``__getattr__`` hook, ~0.09 us against ~0.03 for this dict's ``get``.
-_SHAPES: dict[type, tuple[frozenset[str], dict[str, Any]]] = {}
-_NO_SHAPE: tuple[frozenset[str], dict[str, Any]] = (frozenset(), {})
 DurationMs = Annotated[float, Field(ge=0)]
 
 
@@ -79,57 +67,6 @@ class Payload(BaseModel):
 
     model_config = ConfigDict(extra="allow", frozen=True)
     event_type: ClassVar[EventType]
-
-    @classmethod
-    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
-        super().__pydantic_init_subclass__(**kwargs)
-        fields = cls.__pydantic_fields__
-        defaults = {
-            name: info.get_default(call_default_factory=True)
-            for name, info in fields.items()
-            if not info.is_required()
-        }
-        _SHAPES[cls] = (frozenset(fields), defaults)
-
-    @classmethod
-    def trusted(cls, **data: Any) -> Self:
-        """Build the payload without validating ``data``: the fast path for
-        the hottest publishers (``tool.*`` in dispatcher/call.py), whose
-        values come from objects already checked. The result is what the
-        class call makes (defaults filled in, unknown keys kept as extras),
-        except that nested parts stay as given: pass no dict where the class
-        declares a model (``Preview``, ``BlockedBy``, ``Usage``); the bus's
-        debug mode still validates it. Cost: see
-        specs/event-bus-and-trace-catalog.md ("Publishers")."""
-        # Not ``cls.trusted_from``: see _SHAPES on class attribute look-ups.
-        payload: Self = _trusted_from(cls, data)
-        return payload
-
-    @classmethod
-    def trusted_from(cls, data: dict[str, Any]) -> Self:
-        """``trusted`` for a dict the caller hands over (it becomes the
-        payload's field dict when it names every field and nothing else, so
-        it must not be used afterwards): saves the keyword round trip's copy."""
-        obj = _new(cls)
-        # What ``model_construct`` sets, without its per-field Python loop.
-        _set_fields_set(obj, set(data))
-        names, defaults = _SHAPES.get(cls, _NO_SHAPE)
-        keys = data.keys()
-        if keys <= names:  # the usual case: a subset check allocates nothing
-            extra: dict[str, Any] = {}
-        else:
-            extra = {key: data.pop(key) for key in keys - names}
-        # Only the defaults the caller left out are copied in (none, for the
-        # hot publishers, which pass every field).
-        _set_dict(obj, data if len(data) == len(names) else {**defaults, **data})
-        _set_extra(obj, extra)
-        _set_private(obj, None)
-        return obj
-
-
-# The function under the classmethod, for ``trusted`` (no class look-up).
-_trusted_from: Callable[[type[Payload], dict[str, Any]], Any]
-_trusted_from = Payload.trusted_from.__func__  # type: ignore[attr-defined]
 
 
 class _Part(BaseModel):

@@ -4,7 +4,7 @@ The scanner reads our packages' source (not tests, not benchmarks) and finds,
 for each ``protocol.catalog.EventType``, where it is published:
 
 - a construction of its payload class (``ToolCalled(...)``,
-  ``ToolCalled.trusted(...)``, ``ToolCalled.model_construct(...)``), the class
+  ``ToolCalled.model_construct(...)``), the class
   named through ``from protocol.payloads import ...`` or
   ``protocol.payloads``;
 - a call of something named ``publish``/``emit`` with the type as a string
@@ -37,7 +37,7 @@ CLASS_TYPES: dict[str, EventType] = {cls.__name__: cls.event_type for cls in PAY
 TYPE_NAMES: dict[str, EventType] = {t.value: t for t in EventType}
 MEMBER_NAMES: dict[str, EventType] = {t.name: t for t in EventType}
 # Class methods that build a payload (model_validate parses one: the SDK's side).
-BUILDERS = frozenset({"trusted", "trusted_from", "model_construct"})
+BUILDERS = frozenset({"model_construct"})
 
 
 class _Scanner(ast.NodeVisitor):
@@ -158,7 +158,7 @@ from protocol.catalog import EventType
 class Loop:
     def stream(self, bus):
         bus.emit(Delta(text="x"), session_id="s")
-        bus.emit(ToolCalled.trusted(tool_use_id="t"), session_id="s")
+        bus.emit(ToolCalled.model_construct(tool_use_id="t"), session_id="s")
 
 def old_style(bus):
     bus.publish("turn.started", {}, session_id="s")

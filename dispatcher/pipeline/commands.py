@@ -19,6 +19,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from dispatcher.elapsed import elapsed_ms
 from dispatcher.process import OutputCapture, guarded_exec
 from dispatcher.sandbox import Sandbox
 
@@ -110,7 +111,7 @@ async def run_shell_command(
         stdout=out.text(),
         stderr=err.text(),
         timed_out=timed_out,
-        duration_ms=round((time.perf_counter() - started) * 1000, 3),
+        duration_ms=elapsed_ms(started),
     )
 
 

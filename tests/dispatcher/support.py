@@ -16,6 +16,7 @@ from dispatcher import (
     ToolOutput,
     WorkspaceFileAPI,
 )
+from eventbus.validation import validate_payload
 from protocol.canonical import SideEffects, ToolDefinition
 from protocol.payloads import Payload
 
@@ -42,6 +43,8 @@ class RecordingPublisher:
         session_id: str,
         turn_id: str | None = None,
     ) -> None:
+        # What the bus's debug mode does: the data must be what its model accepts.
+        validate_payload(type, data)
         self.events.append(Recorded(type, dict(data), session_id, turn_id))
 
     def emit(self, payload: Payload, *, session_id: str, turn_id: str | None = None) -> None:

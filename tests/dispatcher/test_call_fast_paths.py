@@ -2,8 +2,10 @@
 build, and ``tool.completed`` bounds ``structured`` as it bounds content.
 
 - ``call._result_block`` (no validation) equals a validated ToolResultBlock;
-- ``Payload.trusted_from`` equals the class call, extras kept;
-- ``bus.emit`` writes a payload's fields and extras as ``data``;
+- the data a call publishes without a model (``tool.called``,
+  ``tool.completed``, ``tool.output_delta``) names every field of the
+  event's payload model and is what the model accepts and dumps, unchanged;
+- ``bus.publish`` writes that data as the event's ``data``;
 - structured data past ``max_event_output_bytes`` is left out of the event
   (``structured: null``, ``structured_truncated``, ``structured_bytes``), and
   the model's result block is the same either way.
@@ -35,23 +37,7 @@ from protocol.canonical import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from protocol.payloads import ToolCalled, ToolCompleted
 from tests.dispatcher.support import RecordingPublisher
-
-COMPLETED: dict[str, Any] = {
-    "tool_use_id": "tu_1",
-    "tool_name": "noop",
-    "duration_ms": 0.5,
-    "content": [{"type": "text", "text": "ok"}],
-    "files_modified": None,
-    "command_executed": None,
-    "metadata": {"k": 1},
-    "truncated": False,
-    "output_bytes": 2,
-    "structured": {"n": 1},
-    "structured_truncated": False,
-    "structured_bytes": None,
-}
 
 
 def test_result_block_equals_the_validated_one() -> None:
@@ -67,47 +53,100 @@ def test_result_block_equals_the_validated_one() -> None:
     assert fast.text() == "ok"
 
 
-def test_trusted_from_equals_the_class_call() -> None:
-    fast = ToolCompleted.trusted_from(dict(COMPLETED))
-    assert fast == ToolCompleted(**COMPLETED)
-    assert fast.model_dump() == ToolCompleted(**COMPLETED).model_dump()
-    # Defaults the caller leaves out are filled in; unknown keys stay extras.
-    partial = {k: v for k, v in COMPLETED.items() if not k.startswith("structured")}
-    called = ToolCompleted.trusted_from({**partial, "note": "x"})
-    assert called.structured is None and called.structured_truncated is False
-    assert called.model_extra == {"note": "x"}
-    assert called == ToolCompleted.model_validate({**partial, "note": "x"})
+class ManyShapesTool:
+    """Returns the output its input describes: text, images, structured
+    data, files, metadata, a handled failure, big or small."""
+
+    definition = ToolDefinition(
+        name="shapes",
+        description="Returns outputs of many shapes.",
+        input_schema={"type": "object"},
+        side_effects=SideEffects.NONE,
+    )
+
+    async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:
+        content: list[TextBlock | ImageBlock] = [TextBlock(text=input.get("text", ""))]
+        if input.get("image"):
+            content.append(ImageBlock(media_type="image/png", data="aGk=" * input["image"]))
+        if input.get("stream"):
+            context.emit_output("stdout", input["stream"])
+        return ToolOutput(
+            content=content,
+            success=input.get("success", True),
+            metadata=input.get("metadata", {}),
+            files_modified=input.get("files"),
+            command_executed=input.get("command"),
+            data=input.get("data"),
+        )
+
+    async def cancel(self) -> bool:
+        return False
 
 
-async def test_emit_writes_fields_and_extras() -> None:
-    bus = EventBus()
+async def test_published_data_is_exactly_its_models_fields(workspace: WorkspaceFileAPI) -> None:
+    """Property over random outputs: every event a call publishes without a
+    model names every declared field (no more, bar ``tool.output_delta``'s
+    documented extras) and survives validation and a JSON dump unchanged."""
+    import random
+
+    from protocol.catalog import EventType
+    from protocol.payloads import PAYLOAD_MODELS
+
+    rng = random.Random(7)
+    publisher = RecordingPublisher()
+    dispatcher = ToolDispatcher(publisher, max_event_output_bytes=200)
+    dispatcher.register(ManyShapesTool)
+    session = DispatchSession("sess_1", workspace, policy=AutoAllowPolicy())
+    for i in range(60):
+        tool_input: dict[str, Any] = {"text": "é" * rng.randrange(0, 150)}
+        if rng.random() < 0.3:
+            tool_input["image"] = rng.randrange(1, 80)
+        if rng.random() < 0.5:
+            tool_input["stream"] = "o" * rng.randrange(1, 400)
+        if rng.random() < 0.4:
+            tool_input["data"] = {"rows": ["x"] * rng.randrange(0, 60)}
+        if rng.random() < 0.3:
+            tool_input["files"] = ["a.py", "b/c.py"]
+            tool_input["command"] = "make"
+        if rng.random() < 0.3:
+            tool_input["metadata"] = {"exit_code": 0, "nested": {"k": [1, 2]}}
+        block = ToolUseBlock(id=f"tu_{i}", name="shapes", input=tool_input)
+        await dispatcher.dispatch(block, session, turn_id="t")
+    seen = set()
+    for event in publisher.events:
+        if event.type not in ("tool.called", "tool.completed", "tool.output_delta"):
+            continue
+        seen.add(event.type)
+        model = PAYLOAD_MODELS[EventType(event.type)]
+        declared = set(model.model_fields)
+        keys = set(event.data)
+        if event.type == "tool.output_delta":
+            assert declared <= keys <= declared | {"truncated", "output_bytes"}
+        else:
+            assert keys == declared, (event.type, keys ^ declared)
+        dumped = model.model_validate(event.data).model_dump(mode="json")
+        assert dumped == json.loads(orjson.dumps(event.data)), event.type
+    assert seen == {"tool.called", "tool.completed", "tool.output_delta"}
+
+
+async def test_publish_writes_the_data_as_given() -> None:
+    bus = EventBus(validate_payloads=True)
     await bus.start()
+    data = {
+        "tool_use_id": "tu_1",
+        "tool_name": "noop",
+        "side_effects": "none",
+        "rating": None,
+        "input": {"a": 1},
+    }
     try:
         sub = await bus.subscribe(session_id="s")
-        bus.emit(
-            ToolCalled.trusted(
-                tool_use_id="tu_1",
-                tool_name="noop",
-                side_effects="none",
-                rating=None,
-                input={"a": 1},
-                extra_key="kept",
-            ),
-            session_id="s",
-        )
+        bus.publish("tool.called", data, session_id="s")
         async with asyncio.timeout(5):
             record = await anext(sub)
     finally:
         await bus.close()
-    data = json.loads(record.text)["data"]
-    assert data == {
-        "tool_use_id": "tu_1",
-        "tool_name": "noop",
-        "side_effects": "none",
-        "input": {"a": 1},
-        "rating": None,
-        "extra_key": "kept",
-    }
+    assert json.loads(record.text)["data"] == data
 
 
 def test_bounded_structured() -> None:

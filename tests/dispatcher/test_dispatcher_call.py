@@ -50,7 +50,7 @@ def test_every_state_is_in_the_table_and_only_ends_are_terminal() -> None:
 
 def test_a_move_outside_the_table_is_refused_and_publishes_nothing() -> None:
     publisher = RecordingPublisher()
-    call = ToolCall(_use("echo", {}), "s", "t", publisher.emit, 1024)
+    call = ToolCall(_use("echo", {}), "s", "t", publisher, 1024)
     with pytest.raises(InvalidTransition):
         call.state = CallState.RUNNING  # received -> running skips validation
     assert call.state is CallState.RECEIVED and publisher.events == []
@@ -60,7 +60,7 @@ async def test_an_ended_call_cannot_publish_again(
     dispatcher: ToolDispatcher, session: DispatchSession, publisher: RecordingPublisher
 ) -> None:
     dispatcher.register(EchoTool)
-    call = ToolCall(_use("echo", {"text": "hi"}), session.session_id, "t", publisher.emit, 1024)
+    call = ToolCall(_use("echo", {"text": "hi"}), session.session_id, "t", publisher, 1024)
     call.fail(ToolExecutionError("boom"))
     assert call.state is CallState.FAILED and publisher.types() == ["tool.failed"]
     with pytest.raises(InvalidTransition):

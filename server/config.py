@@ -33,6 +33,7 @@ from dispatcher.pipeline.profiles import ProfileConfig, check_profile_names
 from dispatcher.policy import PolicyConfig
 from protocol.validation_errors import describe_errors, dotted_location, plain_message
 from server.agents import AgentConfig, check_agents
+from server.origins import check_origins
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
@@ -72,6 +73,11 @@ class ServerSection(_Section):
     max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=1024, le=256 * 1024 * 1024)
     # How long graceful shutdown waits for open connections before closing them.
     shutdown_grace: float = Field(default=5.0, gt=0, le=600)
+    # Web origins besides the server's own that may open event WebSockets
+    # (``https://app.example.com``); see server/origins.py.
+    allowed_origins: list[str] = Field(default_factory=list)
+
+    _origins_valid = field_validator("allowed_origins")(check_origins)
 
 
 def _absolute_paths(paths: list[str]) -> list[str]:

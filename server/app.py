@@ -21,7 +21,14 @@ from server.errors import ApiError, error_body
 from server.logs import RequestLog
 from server.mcp_endpoint import PATH as MCP_PATH
 from server.mcp_endpoint import McpEndpoint
-from server.middleware import AuthMiddleware, BodyLimit, too_large_body
+from server.middleware import (
+    AuthMiddleware,
+    BodyLimit,
+    FrameGuard,
+    WebSocketOriginGuard,
+    too_large_body,
+)
+from server.origins import OriginPolicy
 from server.responses import AsciiJSONResponse
 from server.routes import docs, mcp, metrics, sessions, streams, system, turns
 from server.routes import memory as memory_routes
@@ -98,6 +105,9 @@ def create_app(
     app.add_middleware(ClusterRouting, runtime=runtime)
     app.add_middleware(BodyLimit, max_body_bytes=config.server.max_body_bytes)
     app.add_middleware(AuthMiddleware, tokens=lambda: runtime.tokens)
+    # Before authentication: a foreign page's handshake gets 403 whatever it sends.
+    app.add_middleware(WebSocketOriginGuard, policy=OriginPolicy.of(config.server.allowed_origins))
+    app.add_middleware(FrameGuard)
     # Outermost: a path no route serves is 404 for everyone, before authentication.
     app.add_middleware(docs.UnknownPathGuard, routes=lambda: app.router.routes)
     # Around everything: the request line with its duration (server/logs.py).

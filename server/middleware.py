@@ -1,8 +1,12 @@
-"""ASGI middleware: authentication for HTTP and WebSocket, and the body limit.
+"""ASGI middleware: authentication for HTTP and WebSocket, the body limit,
+the WebSocket origin check and the dashboard's framing headers.
 
 Authentication runs before routing and body parsing, so a caller without a
 valid token learns nothing, not even whether its JSON was malformed. The
 Principal is put into the ASGI scope for the routes (``principal_of``).
+A WebSocket handshake from a foreign web origin is refused before
+authentication (server/origins.py says which origins are foreign), and the
+dashboard's pages may not be framed by another site (clickjacking).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from server.auth import CLIENT_NAME_HEADER, Principal, TokenRegistry, authenticate, bearer_token
 from server.errors import ApiError, error_body
+from server.origins import OriginPolicy
 
 PRINCIPAL_KEY = "toolrelay.principal"
 # Reachable without a token: liveness, the API description, the dashboard's
@@ -68,6 +73,77 @@ class AuthMiddleware:
                 await deny_websocket(scope, send, err.status, err.body())
             return
         await self.app(scope, receive, send)
+
+
+class WebSocketOriginGuard:
+    """Refuses (403, before accept) a WebSocket handshake from a foreign web origin.
+
+    Before authentication: the answer to an evil page is the same with or
+    without a token, and a 401 would tell it that a token would open the door.
+    """
+
+    def __init__(self, app: ASGIApp, policy: OriginPolicy) -> None:
+        self.app = app
+        self.policy = policy
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            headers = _headers(scope)
+            refusal = self.policy.refusal(headers.get("origin"), headers.get("host"))
+            if refusal is not None:
+                await deny_websocket(scope, send, 403, error_body("origin_not_allowed", refusal))
+                return
+        await self.app(scope, receive, send)
+
+
+# Sent with every page and asset under these prefixes: no other site may
+# frame them (clickjacking the Allow button). X-Frame-Options is for browsers
+# that predate CSP's frame-ancestors.
+FRAMED_PREFIXES = ("/dashboard", "/docs")
+FRAME_ANCESTORS = b"frame-ancestors 'none'"
+
+
+class FrameGuard:
+    """Adds ``Content-Security-Policy: frame-ancestors 'none'`` and
+    ``X-Frame-Options: DENY`` to the dashboard's responses; a CSP the
+    response already has gets the directive appended."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or not any(
+            path == p or path.startswith(p + "/") for p in FRAMED_PREFIXES
+        ):
+            await self.app(scope, receive, send)
+            return
+
+        async def framed_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": no_framing(list(message.get("headers", [])))}
+            await send(message)
+
+        await self.app(scope, receive, framed_send)
+
+
+def no_framing(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """``headers`` with the no-framing CSP directive and X-Frame-Options: DENY."""
+    out: list[tuple[bytes, bytes]] = []
+    has_csp = False
+    for name, value in headers:
+        lowered = name.lower()
+        if lowered == b"x-frame-options":
+            continue
+        if lowered == b"content-security-policy":
+            has_csp = True
+            if b"frame-ancestors" not in value.lower():
+                value = value.rstrip(b"; ") + b"; " + FRAME_ANCESTORS
+        out.append((name, value))
+    if not has_csp:
+        out.append((b"content-security-policy", FRAME_ANCESTORS))
+    out.append((b"x-frame-options", b"DENY"))
+    return out
 
 
 class BodyLimit:

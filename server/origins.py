@@ -72,8 +72,8 @@ class OriginPolicy:
         try:
             normal = normalize_origin(origin)
         except ValueError:
-            return f"Origin {origin[:60]!r} is not allowed (not an http(s) origin)"
-        if normal in self.allowed or _same_origin(normal, host):
+            normal = ""  # "null" (sandboxed frames, file:// pages) and the like
+        if normal and (normal in self.allowed or _same_origin(normal, host)):
             return None
         return (
             f"Origin {origin[:60]!r} is not allowed: only same-origin pages and "

@@ -56,7 +56,7 @@ from dispatcher.pipeline.hooks import (
     format_post_hook_output,
 )
 from dispatcher.pipeline.proposed import proposed_call
-from dispatcher.policy import ConfirmMode, PolicyQuery, sandbox_floor
+from dispatcher.policy import ConfirmMode, PolicyQuery, denies_outright, sandbox_floor
 from dispatcher.publisher import EventPublisher, NullPublisher
 from dispatcher.registry import RegisteredTool, ToolRegistry
 from dispatcher.session import DispatchSession
@@ -170,8 +170,17 @@ class ToolDispatcher:
 
     def entries_for(self, session: DispatchSession) -> list[RegisteredTool]:
         """The registered tools this session may see, with their operational
-        metadata (effective ``timeout``, ``options_section``), by name."""
-        return [e for e in self._registry.entries() if self._visible(e, session)]
+        metadata (effective ``timeout``, ``options_section``), by name. A tool
+        its policy denies outright is not offered (dispatcher/policy.py)."""
+        policy, sandboxed, profile = session.policy, session.sandbox is not None, session.profile
+        return [
+            e
+            for e in self._registry.entries()
+            if self._visible(e, session)
+            and not denies_outright(
+                policy, _policy_query(session, e, None), sandboxed=sandboxed, profile=profile
+            )
+        ]
 
     @staticmethod
     def _visible(entry: RegisteredTool, session: DispatchSession) -> bool:

@@ -23,10 +23,19 @@ confirmation only when (a) it is rated ``safe`` (or the policy's ratings
 say so), (b) it runs in the sandbox, and (c) the policy allows.
 ``sandbox_floor`` holds that rule; the dispatcher applies it in one place,
 after ``mode_for``.
+
+**Denied means absent.** A tool whose every call a session's policy denies
+(for its declared class, whatever rating a call of it gets, after the
+sandbox floor and the profile's ``settle``) is not offered: it is left out
+of ``GET /sessions/{id}/tools`` and of the model's tool definitions
+(``denies_outright``, applied where the dispatcher lists a session's
+tools). A tool that merely asks stays listed. A call of it that arrives
+anyway still reaches the policy and ends ``permission_denied`` naming it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from enum import StrEnum
@@ -175,6 +184,41 @@ def sandbox_floor(
     if getattr(policy, "runs_everything", False):
         return mode
     return mode if STRICTNESS[mode] >= STRICTNESS[ConfirmMode.PROMPT] else ConfirmMode.PROMPT
+
+
+class Settles(Protocol):
+    """What decides a call's final mode after the policy (a profile's ``settle``)."""
+
+    def settle(self, mode: ConfirmMode) -> ConfirmMode: ...
+
+
+# Every rating a call can carry: None (an unrated call) first, the common case.
+_ALL_RATINGS: tuple[CallRating | None, ...] = (None, *CallRating)
+
+
+def denies_outright(
+    policy: ConfirmationPolicy,
+    query: PolicyQuery,
+    *,
+    sandboxed: bool,
+    profile: Settles | None = None,
+) -> bool:
+    """Whether ``policy`` denies every call of ``query``'s tool (its class and
+    workspace; the query's own rating is ignored): DENY for an unrated call
+    and for each rating, after the sandbox floor and ``profile.settle``, the
+    order the dispatcher decides a call in. Such a tool is not offered (see
+    the module docstring). Costs one ``mode_for`` for a tool that is not
+    denied unrated (nearly all), five for one that is."""
+    for rating in _ALL_RATINGS:
+        asked = query if rating is query.rating else dataclasses.replace(query, rating=rating)
+        mode = sandbox_floor(
+            policy.mode_for(asked), query.side_effects, sandboxed=sandboxed, policy=policy
+        )
+        if profile is not None:
+            mode = profile.settle(mode)
+        if mode is not ConfirmMode.DENY:
+            return False
+    return True
 
 
 class RulePolicy:

@@ -599,9 +599,10 @@ async def test_the_ci_profile_refuses_what_would_ask(
         use("read_file", {"path": "notes.txt"}, id="tu_2"), session, turn_id=TURN
     )
     assert not read.is_error
-    # Tools outside its list are neither listed nor callable.
+    # Tools outside its list are neither listed nor callable; the shell, whose
+    # every call would ask here (no sandbox), is denied outright: not offered.
     names = [d.name for d in dispatcher.definitions_for(session)]
-    assert "shell" in names and "write_file" not in names
+    assert "read_file" in names and "shell" not in names and "write_file" not in names
     hidden = await dispatcher.dispatch(
         use("write_file", {"path": "x", "content": ""}, id="tu_3"), session, turn_id=TURN
     )

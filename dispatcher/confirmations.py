@@ -9,6 +9,7 @@ the winner. All of it runs on the event loop, so "first" needs no lock.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import secrets
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -95,7 +96,12 @@ _LEVEL = {CallRating.SAFE: 0, CallRating.DEV: 1, CallRating.DANGEROUS: 2}
 
 @dataclass(frozen=True, slots=True)
 class Resolution:
-    """The winning answer to a request; ``won`` tells a caller whether it was theirs."""
+    """The winning answer to a request; ``won`` tells a caller whether it was theirs.
+
+    ``resolved_by`` is the name the answering client goes by, which it may
+    choose (``X-Client-Name``); ``resolved_by_token`` is the configured name
+    of the token that answered, which it cannot (None when the server itself
+    settled the request: timeout, cancel)."""
 
     request_id: str
     decision: Decision
@@ -103,6 +109,7 @@ class Resolution:
     resolved_by: str
     message: str | None = None
     won: bool = True
+    resolved_by_token: str | None = None
 
     def event_data(self, tool_use_id: str) -> dict[str, Any]:
         """The ``tool.confirmation_resolved`` payload."""
@@ -112,6 +119,7 @@ class Resolution:
             "decision": self.decision,
             "scope": self.scope,
             "resolved_by": self.resolved_by,
+            "resolved_by_token": self.resolved_by_token,
             "message": self.message,
         }
 
@@ -175,13 +183,14 @@ class ConfirmationBroker:
         *,
         scope: Scope = "once",
         resolved_by: str,
+        resolved_by_token: str | None = None,
         message: str | None = None,
     ) -> Resolution:
         """Answer a request. The first answer wins; later ones get ``won=False``
         and the winning values. Raises UnknownConfirmation for unknown ids."""
         if request_id not in self._pending and request_id not in self._resolved:
             raise UnknownConfirmation(request_id)
-        return self._settle(request_id, decision, scope, resolved_by, message)
+        return self._settle(request_id, decision, scope, resolved_by, message, resolved_by_token)
 
     def cancel_session(self, session_id: str, *, resolved_by: str = "server") -> int:
         """Settle every pending request of a session as 'cancelled'."""
@@ -197,19 +206,15 @@ class ConfirmationBroker:
         scope: Scope,
         resolved_by: str,
         message: str | None,
+        resolved_by_token: str | None = None,
     ) -> Resolution:
         pending = self._pending.pop(request_id, None)
         if pending is None:
             _, winner = self._resolved[request_id]
-            return Resolution(
-                request_id=winner.request_id,
-                decision=winner.decision,
-                scope=winner.scope,
-                resolved_by=winner.resolved_by,
-                message=winner.message,
-                won=False,
-            )
-        resolution = Resolution(request_id, decision, scope, resolved_by, message, won=True)
+            return dataclasses.replace(winner, won=False)
+        resolution = Resolution(
+            request_id, decision, scope, resolved_by, message, True, resolved_by_token
+        )
         self._resolved[request_id] = (pending.request, resolution)
         while len(self._resolved) > RESOLVED_MEMORY:
             self._resolved.popitem(last=False)

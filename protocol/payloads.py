@@ -326,8 +326,11 @@ class ToolConfirmationResolved(Payload):
     tool_use_id: NonEmpty
     decision: DecisionName
     scope: ScopeName
+    # The client's chosen name; then the configured name of the token that
+    # answered (None when the server settled it: timeout, cancel).
     resolved_by: str
     message: str | None
+    resolved_by_token: str | None = None
 
 
 class ToolOutputDelta(Payload):

@@ -501,7 +501,11 @@ class ClusterServices:
             str(parsed["decision"]),
             resolved_by=principal.client_name,
             scope=scope_name,
-            extra={"tool_use_id": request.tool_use_id, "message": message},
+            extra={
+                "tool_use_id": request.tool_use_id,
+                "message": message,
+                "resolved_by_token": principal.token_name,
+            },
         )
         if outcome.won:
             return False
@@ -745,6 +749,7 @@ async def _send_conflict(send: Send, request_id: str, tool_use_id: str, winner: 
         "decision": winner.decision,
         "scope": winner.scope,
         "resolved_by": winner.resolved_by,
+        "resolved_by_token": winner.extra.get("resolved_by_token"),
         "message": winner.extra.get("message"),
     }
     await _send_json(

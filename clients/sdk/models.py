@@ -138,6 +138,8 @@ class Resolution(Resource):
     scope: str = "once"
     resolved_by: str
     message: str | None = None
+    # The configured name of the token that answered (resolved_by is the client's choice).
+    resolved_by_token: str | None = None
 
 
 class AttachedClient(Resource):

@@ -100,18 +100,12 @@ async def answer_confirmation(
             body.decision,
             scope=body.scope,
             resolved_by=principal.client_name,
+            resolved_by_token=principal.token_name,
             message=body.message,
         )
     except UnknownConfirmation:
         raise NotFound(f"no confirmation request {request_id!r}") from None
-    answer = {
-        "request_id": resolution.request_id,
-        "tool_use_id": request.tool_use_id,
-        "decision": resolution.decision,
-        "scope": resolution.scope,
-        "resolved_by": resolution.resolved_by,
-        "message": resolution.message,
-    }
+    answer = resolution.event_data(request.tool_use_id)
     if not resolution.won:
         raise Conflict(
             f"confirmation {request_id!r} was already resolved: {resolution.decision} "

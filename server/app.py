@@ -18,6 +18,7 @@ from server.auth import TokenRegistry
 from server.cluster_routing import ClusterRouting
 from server.config import Config
 from server.errors import ApiError, error_body
+from server.input_checks import BadCharacterGuard
 from server.logs import RequestLog
 from server.mcp_endpoint import PATH as MCP_PATH
 from server.mcp_endpoint import McpEndpoint
@@ -104,6 +105,8 @@ def create_app(
     # Innermost: in cluster mode, session requests go to their owner replica.
     app.add_middleware(ClusterRouting, runtime=runtime)
     app.add_middleware(BodyLimit, max_body_bytes=config.server.max_body_bytes)
+    # Behind authentication: NUL and control characters in any parameter -> 422.
+    app.add_middleware(BadCharacterGuard, routes=lambda: app.router.routes)
     app.add_middleware(AuthMiddleware, tokens=lambda: runtime.tokens)
     # Before authentication: a foreign page's handshake gets 403 whatever it sends.
     app.add_middleware(WebSocketOriginGuard, policy=OriginPolicy.of(config.server.allowed_origins))

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from protocol.canonical import ToolUseBlock
+from server.input_checks import PlainText
 
 MAX_TOOL_USES = 64
 
@@ -127,18 +128,18 @@ class _Body(BaseModel):
 class CreateSession(_Body):
     """``POST /sessions``."""
 
-    workspace: str = Field(min_length=1, max_length=4096, description="An existing directory")
-    name: str | None = Field(default=None, max_length=200)
+    workspace: PlainText = Field(min_length=1, max_length=4096, description="An existing directory")
+    name: PlainText | None = Field(default=None, max_length=200)
     policy: dict[str, Any] | None = Field(
         default=None, description="Overrides of the server's policy (same keys as `policy:`)"
     )
-    model: str | None = Field(default=None, max_length=200)
-    agent: str | None = Field(
+    model: PlainText | None = Field(default=None, max_length=200)
+    agent: PlainText | None = Field(
         default=None,
         max_length=64,
         description="The agent the session runs as (`agents:`; default `build`)",
     )
-    profile: str | None = Field(
+    profile: PlainText | None = Field(
         default=None,
         max_length=64,
         description="Permission profile (`profiles:`); default: the agent's. A user token may "

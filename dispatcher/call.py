@@ -67,7 +67,7 @@ from dispatcher.event_output import bounded_blocks, bounded_text, utf8_size
 from dispatcher.pipeline.dry_run import PlannedAction, recorded_message
 from dispatcher.pipeline.guardrails import GuardrailWarning
 from dispatcher.publisher import EventPublisher
-from dispatcher.tool import CallRating, Tool, ToolContext, ToolOutput
+from dispatcher.tool import CallRating, Tool, ToolContext, ToolEffects, ToolOutput
 from protocol.canonical import ImageBlock, TextBlock, ToolResultBlock, ToolUseBlock
 from protocol.payloads import GuardrailWarning as GuardrailWarningEvent
 from protocol.payloads import (
@@ -173,6 +173,12 @@ class ToolCall:
     rating: CallRating | None = None
     # What the tool's ``prepare`` computed, handed to every later stage.
     prepared: Any = None
+    # What the tool declares the call would write, delete and run (derived
+    # when a stage needs it: guardrails, a dry-run plan, a confirmation).
+    effects: ToolEffects | None = None
+    # Why a person must confirm the call whatever the policy says (the
+    # guardrails could not check unknown effects); None: the policy decides.
+    effects_ask: str | None = None
     request: ConfirmationRequest | None = None
     resolution: Resolution | None = None
     # The running instance and what cancellation needs of it.
@@ -296,9 +302,11 @@ class ToolCall:
 
     def rewrite(self, new_input: dict[str, Any]) -> None:
         """Take a pre_tool_use hook's ``updatedInput`` as the call's input
-        (the caller validates, scopes and guards it again)."""
+        (the caller validates, scopes and guards it again); what was derived
+        from the old input (preparation, effects) is dropped."""
         use = self.tool_use
         self.tool_use = ToolUseBlock(id=use.id, name=use.name, input=new_input)
+        self.prepared = self.effects = self.effects_ask = None
 
     def warn(self, warnings: tuple[GuardrailWarning, ...]) -> None:
         """Keep guardrail warnings: published on entering ``guarded``, and

@@ -3,7 +3,8 @@
 ``dispatch`` reads top to bottom as the road of one call (a ``ToolCall``, see
 dispatcher/call.py for its states and the events each move publishes):
 look the tool up (the session's profile and tool filter decide what it may
-see), validate the input, check workspace paths, the session's guardrails,
+see), validate the input, check workspace paths, the session's guardrails
+(on the effects the tool declares for this input: ``BaseTool.effects``),
 its pre_tool_use hooks (which may block or rewrite the input: a rewrite is
 validated, scoped and guarded again), let the tool prepare, rate the call
 and apply the confirmation policy (settled by the profile), record a
@@ -55,7 +56,6 @@ from dispatcher.pipeline.hooks import (
     block_reason,
     format_post_hook_output,
 )
-from dispatcher.pipeline.proposed import proposed_call
 from dispatcher.policy import ConfirmMode, PolicyQuery, denies_outright, sandbox_floor
 from dispatcher.publisher import EventPublisher, NullPublisher
 from dispatcher.registry import RegisteredTool, ToolRegistry
@@ -66,8 +66,10 @@ from dispatcher.tool import (
     GrantScope,
     Tool,
     ToolContext,
+    ToolEffects,
     ToolFactory,
     ToolOutput,
+    summarize_input,
 )
 from protocol.canonical import (
     ImageBlock,
@@ -97,9 +99,12 @@ _OUTPUT_VALIDATED = CallState.OUTPUT_VALIDATED
 _POST_HOOKED = CallState.POST_HOOKED
 _PRE_TOOL_USE = HookEvent.PRE_TOOL_USE
 _POST_TOOL_USE = HookEvent.POST_TOOL_USE
-# The classes guardrails look at: what writes files or runs commands
-# (proposed.py derives what such a call would touch).
-_GUARDED_EFFECTS = frozenset({SideEffects.WRITE, SideEffects.EXECUTE})
+# The classes guardrails look at: what may write files or run commands
+# (none and read calls change nothing). The tool declares what such a call
+# would touch (BaseTool.effects).
+_GUARDED_EFFECTS = frozenset({SideEffects.WRITE, SideEffects.EXECUTE, SideEffects.NETWORK})
+# Shown first in the confirmation of a call whose effects are unknown.
+UNKNOWN_EFFECTS_TEXT = "effects unknown: this tool may write any file"
 _RESULT_BLOCKS = (TextBlock, ImageBlock)
 _COROUTINE = types.CoroutineType
 _EXECUTE = SideEffects.EXECUTE
@@ -322,8 +327,9 @@ class ToolDispatcher:
             and not await self._pre_hooks(call, session, hooks)
         ):
             return None
-        # The tool's per-call preparation, shared by every later stage.
-        if entry.prepares:
+        # The tool's per-call preparation, shared by every later stage (the
+        # guardrails may have made it already, for the call's effects).
+        if entry.prepares and call.prepared is None:
             call.prepared = self._prepare(call, session)
         # Confirmation: rate the call, ask the policy, ask a person if need be.
         if entry.rates:
@@ -335,6 +341,9 @@ class ToolDispatcher:
         # (sandbox_floor returns any other call's mode as it is: not called.)
         if side_effects is _EXECUTE and session.sandbox is None:
             mode = sandbox_floor(mode, side_effects, sandboxed=False, policy=policy)
+        if call.effects_ask is not None and mode is not _DENY:
+            # Effects the guardrails cannot check: a person decides, every time.
+            mode = ConfirmMode.PROMPT
         if mode is _DENY:
             raise ToolPermissionDenied(
                 f"the confirmation policy denies {entry.name!r} in this session"
@@ -353,7 +362,7 @@ class ToolDispatcher:
             action = PlannedAction(
                 tool_use_id=call.tool_use.id,
                 tool_name=entry.name,
-                summary=plan_summary(entry.name, call.input, side_effects),
+                summary=plan_summary(await self._effects(call, session)),
                 input=call.input,
                 needs_confirmation=mode is not _AUTO,
             )
@@ -405,14 +414,16 @@ class ToolDispatcher:
     async def _guard(
         self, call: ToolCall, session: DispatchSession, guardrails: Guardrails
     ) -> None:
-        """Guardrails: refuse (``blocked_by`` a rule) or pass, with warnings."""
+        """Guardrails on the call's declared effects: refuse (``blocked_by`` a
+        rule), pass with warnings, or pass on condition that a person is asked
+        (effects unknown)."""
         assert call.entry is not None
         entry = call.entry
-        # Deriving what the call would touch reads the current file (a diff)
-        # and resolves paths: file I/O, kept off the event loop.
-        proposed = await asyncio.to_thread(
-            proposed_call, entry.name, call.input, entry.definition.side_effects, session.workspace
-        )
+        if entry.prepares and call.prepared is None:
+            # Made once here and shared with the later stages (the shell's
+            # analysis of its command gives its effects too).
+            call.prepared = self._prepare(call, session)
+        effects = await self._effects(call, session)
         counter = None
         if guardrails.config.max_files_modified is not None:
             counter = session.turn_counters.get(call.turn_id)
@@ -420,7 +431,7 @@ class ToolDispatcher:
                 counter = session.turn_counters[call.turn_id] = TurnCounter()
         # Synchronous from the check to the count: concurrent calls of one
         # turn cannot together pass max_files_modified.
-        verdict = guardrails.check(proposed, counter)
+        verdict = guardrails.check(effects, counter, tool_name=entry.name)
         if verdict.warnings:
             call.warn(verdict.warnings)
         if verdict.blocked_by is not None:
@@ -428,7 +439,28 @@ class ToolDispatcher:
             raise ToolPermissionDenied(
                 f"Blocked by guardrail {verdict.blocked_by}: {verdict.message}"
             )
+        call.effects_ask = verdict.ask
         call.state = _GUARDED
+
+    async def _effects(self, call: ToolCall, session: DispatchSession) -> ToolEffects:
+        """The call's declared effects, derived once per input. A tool that
+        fails to derive them (a bug) has unknown effects; a ToolError refuses
+        the call, as from ``rate``."""
+        if call.effects is not None:
+            return call.effects
+        assert call.entry is not None
+        entry = call.entry
+        try:
+            effects = await entry.stateless.effects(
+                call.input, session.workspace, sandbox=session.sandbox, prepared=call.prepared
+            )
+        except ToolError:
+            raise
+        except Exception:
+            log.exception("effects of %s failed; treating them as unknown", entry.name)
+            effects = ToolEffects.not_known(summarize_input(entry.name, call.input))
+        call.effects = effects
+        return effects
 
     async def _pre_hooks(self, call: ToolCall, session: DispatchSession, hooks: HookRunner) -> bool:
         """pre_tool_use hooks. False: the call ended here (an invalid rewrite)."""
@@ -565,12 +597,19 @@ class ToolDispatcher:
         answers = [session.remembered.get((entry.name, key)) for key, _ in scope.parts]
         if any(a is not None and a.decision == "deny" for a in answers):
             raise ToolUserDenied(f"the user denied {entry.name!r} for the rest of this session")
-        # Covered only when every part has a grant at its rating or higher.
-        if all(
+        # Covered only when every part has a grant at its rating or higher;
+        # never a call whose effects the guardrails could not check.
+        if call.effects_ask is None and all(
             a is not None and a.allows(part_rating)
             for a, (_, part_rating) in zip(answers, scope.parts, strict=True)
         ):
             return
+        if call.effects_ask is not None:
+            scope = GrantScope(
+                scope.parts,
+                f"{scope.text} (this call's effects are unknown: while guardrails are "
+                "set, each such call is asked again)",
+            )
         preview = await self._preview(call, session)
         call.request = request = ConfirmationRequest(
             request_id=self.broker.new_request_id(),
@@ -626,32 +665,32 @@ class ToolDispatcher:
             return GrantScope(((f"= {exact}", None),), f"allow this exact {entry.name} call")
 
     async def _preview(self, call: ToolCall, session: DispatchSession) -> ConfirmationPreview:
+        """The tool's preview, listing the files the call's declared effects
+        modify (and saying so first when they are unknown)."""
         assert call.entry is not None
         entry, tool_input = call.entry, call.input
-        fallback_paths = tuple(
-            v
-            for name in entry.path_fields
-            if isinstance(v := tool_input.get(name), str)
-            and entry.definition.side_effects is not SideEffects.READ
-        )
+        effects = await self._effects(call, session)
         try:
             preview = await entry.stateless.preview(
                 tool_input, session.workspace, sandbox=session.sandbox, prepared=call.prepared
             )
         except ToolError as err:
-            return ConfirmationPreview(
-                text=f"(no preview: {err.message})", projected_modifications=fallback_paths
-            )
+            preview = ConfirmationPreview(text=f"(no preview: {err.message})")
         except Exception:
             log.exception("preview of %s failed", entry.name)
-            return ConfirmationPreview(
-                text="(no preview: it failed; see the server log)",
-                projected_modifications=fallback_paths,
-            )
+            preview = ConfirmationPreview(text="(no preview: it failed; see the server log)")
         if preview is None:
             text = json.dumps(tool_input, indent=2, ensure_ascii=False, default=str)
-            return ConfirmationPreview(text=text, projected_modifications=fallback_paths)
-        return preview
+            preview = ConfirmationPreview(text=text)
+        if not effects.unknown:
+            return dataclasses.replace(preview, projected_modifications=effects.modified)
+        head = f"{UNKNOWN_EFFECTS_TEXT}\n"
+        return ConfirmationPreview(
+            text=head + preview.text,
+            kind=preview.kind,
+            projected_modifications=effects.modified,
+            keep=len(head) + preview.keep,
+        )
 
     async def _execute(self, call: ToolCall, session: DispatchSession) -> ToolOutput:
         assert call.entry is not None

@@ -23,8 +23,10 @@ from dispatcher.tool import (
     GrantScope,
     Tool,
     ToolContext,
+    ToolEffects,
     ToolFactory,
     ToolOutput,
+    summarize_input,
 )
 from protocol.canonical import SideEffects, ToolDefinition
 
@@ -47,7 +49,7 @@ class RegisteredTool:
     definition: ToolDefinition
     validator: CompiledValidator
     # One shared instance, asked only for the stateless stages (prepare, rate,
-    # scope, preview); each call's execute runs on a fresh ``factory()``.
+    # scope, preview, effects); each call's execute runs on a fresh ``factory()``.
     stateless: BaseTool
     path_fields: tuple[str, ...]
     # The effective dispatcher timeout: the config override, else the tool's
@@ -75,8 +77,10 @@ class ProtocolToolAdapter(BaseTool):
     """A ``Tool``-protocol-only plugin seen through the BaseTool API.
 
     Its optional methods are looked up once, here; what it lacks falls back
-    to BaseTool's defaults. Older signatures keep working: ``rate``/``scope``
-    without ``prepared``, ``preview`` without ``sandbox``."""
+    to BaseTool's defaults (``effects`` included: by class and path fields).
+    Older signatures keep working: ``rate``/``scope`` without ``prepared``,
+    ``preview`` without ``sandbox``; a plugin's own ``effects`` may be plain
+    or async, with or without ``sandbox``."""
 
     def __init__(self, tool: Tool) -> None:
         self.tool = tool
@@ -87,6 +91,10 @@ class ProtocolToolAdapter(BaseTool):
         self._preview: Callable[..., Any] | None = getattr(tool, "preview", None)
         self._preview_takes_sandbox = self._preview is not None and _takes_keyword(
             self._preview, "sandbox"
+        )
+        self._effects: Callable[..., Any] | None = getattr(tool, "effects", None)
+        self._effects_take_sandbox = self._effects is not None and _takes_keyword(
+            self._effects, "sandbox"
         )
 
     @property
@@ -125,6 +133,27 @@ class ProtocolToolAdapter(BaseTool):
             result = await self._preview(input, workspace, sandbox=sandbox)
         else:
             result = await self._preview(input, workspace)
+        return result
+
+    async def effects(
+        self,
+        input: dict[str, Any],
+        workspace: WorkspaceFileAPI,
+        *,
+        sandbox: Sandbox | None = None,
+        prepared: Any = None,
+    ) -> ToolEffects:
+        if self._effects is None:
+            return await super().effects(input, workspace)
+        if self._effects_take_sandbox:
+            result = self._effects(input, workspace, sandbox=sandbox)
+        else:
+            result = self._effects(input, workspace)
+        if inspect.isawaitable(result):
+            result = await result
+        if not isinstance(result, ToolEffects):
+            # Not an answer the pipeline can read: as good as none.
+            return ToolEffects.not_known(summarize_input(self.definition.name, input))
         return result
 
     async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:

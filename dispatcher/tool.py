@@ -23,6 +23,13 @@ instance (``RegisteredTool.stateless``) before it builds the executing one:
 - ``scope(input, workspace)``: what "allow for session" on this call grants
   (a ``GrantScope``). Default: the whole tool. The shell narrows it to each
   command's program and subcommand at that rating.
+- ``effects(input, workspace)``: what the call would write, delete and run
+  (``ToolEffects``). The pipeline (guardrails, dry-run plans, the paths a
+  confirmation lists) reads only this: it never guesses from a tool's name.
+  Default: a write-class tool writes the paths of its ``path_fields``; a
+  none/read tool changes nothing; any other (an execute or network tool, a
+  write tool without path fields) is ``unknown``, which the guardrails
+  answer by asking a person.
 
 Each stage also works when called without ``prepared`` (tests and scripts
 call them directly): it then prepares for itself.
@@ -40,13 +47,16 @@ it to the BaseTool API once, at registration (``registry.ProtocolToolAdapter``).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import posixpath
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
-from protocol.canonical import ImageBlock, TextBlock, ToolDefinition
+from dispatcher.errors import ToolError
+from protocol.canonical import ImageBlock, SideEffects, TextBlock, ToolDefinition
 
 if TYPE_CHECKING:
     from dispatcher.sandbox import Sandbox
@@ -67,6 +77,8 @@ class ConfirmationPreview:
 
     text: str = ""
     kind: str = "text"  # "diff" | "command" | "text"
+    # What the tool's own preview names; the confirmation request lists the
+    # call's declared effects instead (``ToolEffects.modified``).
     projected_modifications: tuple[str, ...] = ()
     # The first ``keep`` characters are never cut when a long preview is
     # shortened: a shell's whole command and env must be seen to be approved.
@@ -85,6 +97,94 @@ class GrantScope:
 
     parts: tuple[tuple[str, CallRating | None], ...]
     text: str
+
+
+SUMMARY_LIMIT = 200
+
+
+@dataclass(frozen=True, slots=True)
+class ToolEffects:
+    """What one call would write, delete and run, as its tool declares it from
+    the validated input. Paths are workspace-relative with ``/``; a path
+    reached through a symbolic link inside the workspace is listed both as
+    written and as the file it leads to.
+
+    ``unknown``: the tool cannot say (a plugin or MCP tool that writes or runs
+    something, a tool whose derivation failed). The other fields then hold
+    only what is known for sure, and the guardrails ask a person
+    (specs/pipeline.md, "Declared effects")."""
+
+    # Files written or created, and files deleted.
+    writes: tuple[str, ...] = ()
+    deletes: tuple[str, ...] = ()
+    # Command lines the call runs, and their working directory.
+    commands: tuple[str, ...] = ()
+    cwd: str = "."
+    # Paths the commands name (arguments, redirections, environment values):
+    # a command naming a protected file is refused whether it reads or writes.
+    command_paths: tuple[str, ...] = ()
+    # (path, text) of content written: whole files, new text, added lines.
+    added_text: tuple[tuple[str, str], ...] = ()
+    # Lines added plus lines removed; None: not known (not counted).
+    lines_changed: int | None = None
+    # One line for people: dry-run plans, confirmation previews.
+    summary: str = ""
+    unknown: bool = False
+
+    @property
+    def modified(self) -> tuple[str, ...]:
+        """Every path written, created or deleted, each once."""
+        if not self.deletes:
+            return self.writes
+        return tuple(dict.fromkeys((*self.writes, *self.deletes)))
+
+    @classmethod
+    def not_known(cls, summary: str) -> ToolEffects:
+        """Effects the tool cannot state."""
+        return cls(summary=summary, unknown=True)
+
+
+def summarize_input(tool_name: str, input: Mapping[str, Any]) -> str:
+    """``name(key=value, ...)``: the summary of a call no tool describes better."""
+    parts = []
+    for key, value in input.items():
+        shown = json.dumps(value, ensure_ascii=False, default=str)
+        if len(shown) > 40:
+            shown = shown[:39] + "…"
+        parts.append(f"{key}={shown}")
+    return one_line(f"{tool_name}({', '.join(parts)})")
+
+
+def one_line(text: str, limit: int = SUMMARY_LIMIT) -> str:
+    """The first line of ``text`` (`` …`` when more followed), cut to ``limit``."""
+    stripped = text.strip()
+    first = stripped.splitlines()[0] if stripped else ""
+    if "\n" in stripped:
+        first += " …"
+    return first if len(first) <= limit else first[: limit - 1] + "…"
+
+
+def lexical_path(path: str) -> str:
+    """``path`` normalised as written (``./a/../b`` -> ``b``), relative unless absolute."""
+    norm = posixpath.normpath(path.replace("\\", "/"))
+    return norm if path.startswith("/") else norm.lstrip("/")
+
+
+def declared_paths(path: str, workspace: WorkspaceFileAPI | None) -> tuple[str, ...]:
+    """The workspace-relative names a write to ``path`` touches: the path as
+    written (normalised) and, through the workspace, the one it physically
+    names (a symbolic link inside the workspace followed). A path that
+    escapes the workspace is left as written: the scope stage refuses it."""
+    lexical = lexical_path(path)
+    found = [] if path.startswith("/") else [lexical]
+    if workspace is not None:
+        try:
+            real: str | None = workspace.relative(workspace.resolve(path))
+        except (ToolError, OSError, ValueError):
+            real = None
+        if real is not None and real not in found:
+            found.append(real)
+    return tuple(found) or (lexical,)
 
 
 OutputSink = Callable[[str, str], None]
@@ -158,7 +258,7 @@ class BaseTool:
     """Defaults for every stage of a call; a tool overrides what it needs.
 
     Subclasses set ``definition`` and implement ``execute``. The stateless
-    stages (``prepare``, ``rate``, ``scope``, ``preview``) run on a shared
+    stages (``prepare``, ``rate``, ``scope``, ``preview``, ``effects``) run on a shared
     instance and must not keep per-call state on ``self``; what they compute
     for one call travels as ``prepared``.
     """
@@ -206,6 +306,22 @@ class BaseTool:
         runs it where the call's own would."""
         return None
 
+    async def effects(
+        self,
+        input: dict[str, Any],
+        workspace: WorkspaceFileAPI,
+        *,
+        sandbox: Sandbox | None = None,
+        prepared: Any = None,
+    ) -> ToolEffects:
+        """What the call would write, delete and run (see ``ToolEffects``).
+        The default: a write-class tool writes what its ``path_fields`` name;
+        a none/read tool changes nothing; anything else cannot say. A tool
+        that knows better overrides this; one that reads files or starts a
+        process for it (``sandbox``: the session's) keeps that off the event
+        loop. Raise a ToolError to refuse the call before anyone is asked."""
+        return default_effects(self.definition, self.path_fields, input, workspace)
+
     async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:
         """Run the call; ``input`` is already validated against the schema."""
         raise NotImplementedError(f"{type(self).__name__} does not implement execute()")
@@ -213,3 +329,27 @@ class BaseTool:
     async def cancel(self) -> bool:
         """Abort an in-flight execute. The default has nothing to stop."""
         return True
+
+
+_CHANGES_NOTHING = frozenset({SideEffects.NONE, SideEffects.READ})
+
+
+def default_effects(
+    definition: ToolDefinition,
+    path_fields: tuple[str, ...],
+    input: Mapping[str, Any],
+    workspace: WorkspaceFileAPI | None,
+) -> ToolEffects:
+    """BaseTool's effects: by the declared class and the path fields."""
+    summary = summarize_input(definition.name, input)
+    side_effects = definition.side_effects
+    if side_effects in _CHANGES_NOTHING:
+        return ToolEffects(summary=summary)
+    paths = [v for name in path_fields if isinstance(v := input.get(name), str)]
+    if side_effects is not SideEffects.WRITE or not paths:
+        # An execute or network tool may do anything its input does not show.
+        return ToolEffects.not_known(summary)
+    written: dict[str, None] = {}
+    for path in paths:
+        written.update(dict.fromkeys(declared_paths(path, workspace)))
+    return ToolEffects(writes=tuple(written), summary=summary)

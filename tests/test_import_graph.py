@@ -62,3 +62,50 @@ def test_the_checker_sees_a_forbidden_import(tmp_path: Path) -> None:
         "from . import sibling\n"
     )
     assert _imports(module) & OURS == {"server", "dispatcher"}
+
+
+# Inside the dispatcher, the pipeline reads what tools declare (their effects,
+# dispatcher.tool) and never reaches into a tool family: module prefix -> the
+# module prefixes of ours it must not import.
+FORBIDDEN_INSIDE: dict[str, tuple[str, ...]] = {
+    "dispatcher.pipeline": ("dispatcher.tools",),
+}
+
+
+def _modules_imported(path: Path) -> set[str]:
+    """Full dotted names of every absolute import in one module."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def _module_name(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts)
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN_INSIDE))
+def test_the_pipeline_imports_no_tool_family(package: str) -> None:
+    folder = ROOT.joinpath(*package.split("."))
+    modules = sorted(folder.rglob("*.py"))
+    assert modules, f"package {package!r} has no modules"
+    wrong = {
+        f"{_module_name(module)} imports {name}"
+        for module in modules
+        for name in _modules_imported(module)
+        for banned in FORBIDDEN_INSIDE[package]
+        if name == banned or name.startswith(banned + ".")
+    }
+    assert not wrong, "the pipeline reaches into a tool family:\n" + "\n".join(sorted(wrong))
+
+
+def test_the_inner_checker_sees_a_tool_import(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text("def f():\n    from dispatcher.tools.shell import lexer\n")
+    assert "dispatcher.tools.shell" in _modules_imported(module)
+    module.write_text("from dispatcher import tools\n")
+    assert "dispatcher.tools" in _modules_imported(module)

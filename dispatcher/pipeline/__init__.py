@@ -12,14 +12,16 @@ specs/pipeline.md is the contract)::
     scope              every path inside the workspace
        |
     guardrails         protected files, blocked commands, edit limits,
-       |                   code rules (guardrails.py, proposed.py)
+       |                   code rules, on the effects the tool declares for
+       |                   this input (guardrails.py; BaseTool.effects);
+       |                   unknown effects make the call ask
     pre_tool_use       hooks may block (exit 2) or rewrite the input; a
        |                   rewritten input goes through validation and
        |                   scope again (hooks.py)
     confirmation       the policy, the profile's layer and its
        |                   interactivity (profiles.py: policy_for, settle)
-    dry-run            a write/execute call is recorded, not run
-       |                   (dry_run.py: PlannedAction)
+    dry-run            a write/execute call is recorded, not run, with the
+       |                   summary its effects declare (dry_run.py)
     queue              the concurrency cap
        |
     run                under the tool's timeout
@@ -34,5 +36,8 @@ A guardrail or hook block ends the call as ``permission_denied`` with
 ``data.blocked_by = {"kind": "guardrail"|"hook", "name": ...}``. When the
 agent finishes a turn, quality gates run (gates.py); the token budget of a
 session is budget.py's. Nothing here imports server/: the server's config
-embeds these models.
+embeds these models. Nothing here imports a tool family (dispatcher.tools)
+or names a built-in tool either (profiles.py's tool lists aside, which are
+configuration): what a call would do is what its tool declares
+(tests/test_import_graph.py keeps both true).
 """

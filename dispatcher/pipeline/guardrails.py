@@ -1,18 +1,26 @@
 """Guardrails: deterministic rules a team configures once (``guardrails:``)
 and neither the model nor a user token can switch off.
 
-They run on plain data (a ProposedCall: what a call would touch, run or
-write), before pre_tool_use hooks and before any confirmation:
+They run on plain data, the call's declared effects (``ToolEffects``: what
+its tool says it would write, delete, run and add), before pre_tool_use
+hooks and before any confirmation. Nothing here knows a tool by its name:
 
-- ``protected_files``: globs (see globs.py); a call that would write, edit,
-  patch or delete a matching path is refused, and so is a shell command
-  with an argument or redirection target naming one;
-- ``blocked_commands``: regexes searched in a shell command's text, beside
-  the shell tool's own blocklist;
+- ``protected_files``: globs (see globs.py); a call that would write or
+  delete a matching path is refused, and so is one whose commands name one
+  (an argument, a redirection target, an ``env`` value);
+- ``blocked_commands``: regexes searched in each command the call runs,
+  beside the shell tool's own blocklist;
 - ``max_lines_changed`` (lines added + removed by one call) and
   ``max_files_modified`` (distinct paths per turn, held by a TurnCounter);
 - ``code_rules``: regexes over the text being written; ``block`` refuses the
   call, ``warn`` lets it run with a warning that travels with the result.
+
+A call whose effects are unknown (a plugin or MCP tool that writes or runs
+something) cannot be checked against any of these: while any per-call rule
+is configured, the verdict says a person must be asked (``ask``), every
+time, whatever the policy, a session grant or a trusted workspace would
+otherwise let run unasked. It is not counted for ``max_files_modified``
+until it reports what it modified.
 
 Every pattern is compiled when the configuration loads; a bad one is a
 configuration error naming it.
@@ -20,32 +28,16 @@ configuration error naming it.
 
 from __future__ import annotations
 
-import contextlib
-import itertools
-import os
 import posixpath
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import bracex
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-from wcmatch import glob as wcglob
 
 from dispatcher.pipeline.globs import PathGlobs, check_globs
-from dispatcher.tools.shell.lexer import ShellSyntaxInvalid, Word, parse
-from protocol.canonical import SideEffects
-
-# Shell words looked at per command: a huge generated command line must not
-# make the check slow.
-MAX_WORDS = 512
-MAX_NESTED_SCRIPTS = 4
-# Names one brace or glob word may stand for (bounded work per call).
-MAX_EXPANSIONS = 256
-# Braces are expanded before globbing (bracex), so the glob step sees none;
-# as in bash by default, `*` skips dot files (`.e*` still names `.env`).
-GLOB_FLAGS = 0
+from dispatcher.tool import ToolEffects
 
 
 def _compile_regex(pattern: str, what: str) -> re.Pattern[str]:
@@ -128,25 +120,6 @@ class GuardrailConfig(_Model):
 
 
 @dataclass(frozen=True, slots=True)
-class ProposedCall:
-    """What one call would do, as plain data (see proposed.py to derive it
-    for the built-in tools). Paths are workspace-relative with ``/``."""
-
-    tool_name: str
-    side_effects: SideEffects
-    command: str | None = None
-    # The command's working directory, workspace-relative.
-    cwd: str = "."
-    paths_modified: tuple[str, ...] = ()
-    # (path, text) of content the call writes: whole files, new text, added lines.
-    added_text: tuple[tuple[str, str], ...] = ()
-    lines_changed: int | None = None
-    # Paths the command's words name, when the caller resolved them (symlinks
-    # followed); None: worked out lexically from ``command``.
-    command_paths: tuple[str, ...] | None = None
-
-
-@dataclass(frozen=True, slots=True)
 class GuardrailWarning:
     """A ``warn`` code rule that matched; reported as ``guardrail.warning``."""
 
@@ -167,6 +140,9 @@ class GuardrailVerdict:
     blocked_by: str | None = None
     message: str = ""
     warnings: tuple[GuardrailWarning, ...] = ()
+    # Why a person must confirm the call whatever the policy says (its
+    # effects are unknown to the configured rules); None: the policy decides.
+    ask: str | None = None
 
     @property
     def allowed(self) -> bool:
@@ -218,64 +194,106 @@ class Guardrails:
     def is_protected(self, rel_path: str) -> bool:
         return self._protected.matches(rel_path)
 
-    def check(self, call: ProposedCall, turn: TurnCounter | None = None) -> GuardrailVerdict:
-        """Every rule, in a fixed order; the first that refuses wins."""
-        warnings = self._code_warnings(call)
-        blocked = self._first_block(call, turn)
+    def check(
+        self, effects: ToolEffects, turn: TurnCounter | None = None, *, tool_name: str = "the call"
+    ) -> GuardrailVerdict:
+        """Every rule, in a fixed order; the first that refuses wins.
+        ``tool_name`` only words the message."""
+        warnings = self._code_warnings(effects)
+        blocked = self._first_block(effects, turn, tool_name)
         if blocked is not None:
             return GuardrailVerdict(blocked[0], blocked[1], warnings)
+        if effects.unknown and self.checks_calls:
+            return GuardrailVerdict(None, "", warnings, ask=self._unknown_reason(tool_name))
         if turn is not None:
-            turn.record(call.paths_modified)
+            turn.record(effects.modified)
         return GuardrailVerdict(None, "", warnings)
 
-    def _first_block(self, call: ProposedCall, turn: TurnCounter | None) -> tuple[str, str] | None:
-        if self._protected:
-            hit = self._protected.first_match(call.paths_modified)
-            if hit is not None:
-                return "protected_files", f"{hit} is a protected file ({call.tool_name} refused)"
-            if call.command is not None:
-                named = call.command_paths
-                if named is None:
-                    named = tuple(command_paths(call.command, call.cwd))
-                hit = self._protected.first_match(named)
-                if hit is not None:
-                    return "protected_files", f"the command names the protected file {hit}"
-        if call.command is not None:
+    def _unknown_reason(self, tool_name: str) -> str:
+        rules = [
+            name
+            for name, on in (
+                ("protected_files", bool(self.config.protected_files)),
+                ("blocked_commands", bool(self.config.blocked_commands)),
+                ("max_lines_changed", self.config.max_lines_changed is not None),
+                ("max_files_modified", self.config.max_files_modified is not None),
+                ("code_rules", bool(self.config.code_rules)),
+            )
+            if on
+        ]
+        return (
+            f"effects unknown: {tool_name} may write any file, so the guardrails "
+            f"({', '.join(rules)}) cannot check it; a person decides"
+        )
+
+    def _first_block(
+        self, effects: ToolEffects, turn: TurnCounter | None, tool_name: str
+    ) -> tuple[str, str] | None:
+        return (
+            self._protected_hit(effects, tool_name)
+            or self._blocked_command(effects)
+            or self._size_limits(effects, turn)
+            or self._blocking_rule(effects)
+        )
+
+    def _protected_hit(self, effects: ToolEffects, tool_name: str) -> tuple[str, str] | None:
+        if not self._protected:
+            return None
+        hit = self._protected.first_match(effects.modified)
+        if hit is not None:
+            return "protected_files", f"{hit} is a protected file ({tool_name} refused)"
+        hit = self._protected.first_match(effects.command_paths)
+        if hit is not None:
+            return "protected_files", f"the command names the protected file {hit}"
+        return None
+
+    def _blocked_command(self, effects: ToolEffects) -> tuple[str, str] | None:
+        for command in effects.commands:
             for pattern, regex in self._blocked:
-                if regex.search(call.command):
+                if regex.search(command):
                     return (
                         "blocked_commands",
                         f"the command matches the blocked pattern {pattern!r}",
                     )
+        return None
+
+    def _size_limits(
+        self, effects: ToolEffects, turn: TurnCounter | None
+    ) -> tuple[str, str] | None:
         limit = self.config.max_lines_changed
-        if limit is not None and call.lines_changed is not None and call.lines_changed > limit:
+        lines = effects.lines_changed
+        if limit is not None and lines is not None and lines > limit:
             return (
                 "max_lines_changed",
-                f"the call changes {call.lines_changed} lines; the limit per call is {limit}",
+                f"the call changes {lines} lines; the limit per call is {limit}",
             )
         limit = self.config.max_files_modified
-        if limit is not None and turn is not None and call.paths_modified:
-            total = turn.count_with(call.paths_modified)
+        modified = effects.modified
+        if limit is not None and turn is not None and modified:
+            total = turn.count_with(modified)
             if total > limit:
                 return (
                     "max_files_modified",
                     f"the turn would modify {total} files; the limit per turn is {limit}",
                 )
+        return None
+
+    def _blocking_rule(self, effects: ToolEffects) -> tuple[str, str] | None:
         for rule, regex, globs in self._rules:
             if rule.severity != "block":
                 continue
-            path = _rule_hit(regex, globs, call.added_text)
+            path = _rule_hit(regex, globs, effects.added_text)
             if path is not None:
                 said = rule.message or f"matches {rule.pattern!r}"
                 return "code_rules", f"content written to {path} is refused: {said}"
         return None
 
-    def _code_warnings(self, call: ProposedCall) -> tuple[GuardrailWarning, ...]:
+    def _code_warnings(self, effects: ToolEffects) -> tuple[GuardrailWarning, ...]:
         found: list[GuardrailWarning] = []
         for rule, regex, globs in self._rules:
             if rule.severity != "warn":
                 continue
-            path = _rule_hit(regex, globs, call.added_text)
+            path = _rule_hit(regex, globs, effects.added_text)
             if path is not None:
                 said = rule.message or f"matches {rule.pattern!r}"
                 found.append(GuardrailWarning("code_rules", f"{path}: {said}", path))
@@ -297,126 +315,12 @@ def _norm(path: str) -> str:
     return posixpath.normpath(path.replace("\\", "/")).lstrip("/")
 
 
-def command_paths(command: str, cwd: str = ".", workspace_root: str | None = None) -> list[str]:
-    """Workspace-relative paths that the argument words and redirection
-    targets of ``command`` name (``./a``, ``a/../b`` normalised; absolute
-    paths inside ``workspace_root`` made relative; ``--opt=path`` and
-    ``VAR=path`` split). With ``workspace_root``, a name that resolves
-    through a symbolic link also yields the path it leads to. Words inside
-    nested scripts (``sh -c '...'``, ``$(...)``) count too. Words whose value
-    cannot be known statically are skipped. An unreadable command yields
-    nothing here: the shell tool refuses it anyway."""
-    words: list[tuple[str, str]] = []
-    root = os.path.realpath(workspace_root) if workspace_root else None
-    _collect_words(command, cwd or ".", words, 0, root)
-    found: dict[str, None] = {}
-    for text, where in words[:MAX_WORDS]:
-        for candidate in _expanded(_word_variants(text), where, root):
-            rel = _relative(candidate, where, root)
-            if rel is None:
-                continue
-            found.setdefault(rel, None)
-            if root is not None:
-                real = os.path.realpath(os.path.join(root, rel))
-                if real == root or real.startswith(root + os.sep):
-                    found.setdefault(os.path.relpath(real, root).replace(os.sep, "/"), None)
-    return list(found)
-
-
-def _collect_words(
-    command: str, cwd: str, out: list[tuple[str, str]], depth: int, root: str | None = None
-) -> None:
-    """(word, the directory it is relative to) of every argument and
-    redirection target; a static ``cd dir`` moves the directory for the
-    commands after it (an absolute one too, when it lies in ``root``)."""
-    if depth > MAX_NESTED_SCRIPTS or len(out) >= MAX_WORDS:
-        return
-    try:
-        script = parse(command, depth)
-    except ShellSyntaxInvalid:
-        return
-    for inner in script.substitutions:
-        _collect_words(inner, cwd, out, depth + 1, root)
-    for pipeline in script.pipelines:
-        for cmd in pipeline.commands:
-            args: list[Word] = cmd.words[1:]
-            targets = [r.target for r in cmd.redirects if r.target is not None]
-            # `F=.env cmd`: an assignment before the program names a path too.
-            heads = cmd.words[:1] if cmd.words and "=" in cmd.words[0].text else []
-            for word in [*heads, *args, *targets]:
-                if word.dynamic:
-                    continue
-                out.append((word.text, cwd))
-                # sh -c 'cat .env', bash -lc "...": read the inner script too.
-                if any(c.isspace() for c in word.text):
-                    _collect_words(word.text, cwd, out, depth + 1, root)
-            head = cmd.words[0] if cmd.words else None
-            if head is not None and head.text in ("cd", "pushd") and len(args) == 1:
-                moved = _relative(args[0].text, cwd, root)
-                if moved is not None and not args[0].dynamic:
-                    cwd = moved
-
-
-def _word_variants(text: str) -> list[str]:
-    variants = [text]
-    if "=" in text:
-        variants.append(text.split("=", 1)[1])
-    if ":" in text:
-        # `git show HEAD:.env`, `scp a:b`: the part after the colon is a path.
-        variants.append(text.split(":", 1)[1])
-    return [v for v in variants if v and "\x00" not in v]
-
-
-def _expanded(variants: list[str], cwd: str, root: str | None) -> list[str]:
-    """``variants`` plus what the shell would make of them: braces expanded
-    (``.{env,x}``, textual, so a file not yet there counts) and glob words
-    (``.e*``, ``secret*/key.pem``) matched against the workspace as it is
-    now. Bounded: a word yields at most MAX_EXPANSIONS names."""
-    out: list[str] = []
-    for text in variants:
-        out.append(text)
-        if "{" in text:
-            with contextlib.suppress(ValueError, RecursionError, bracex.ExpansionLimitException):
-                out.extend(bracex.expand(text, limit=MAX_EXPANSIONS))
-    if root is None:
-        return out
-    globbed: list[str] = []
-    for text in out:
-        if "{" in text or not any(c in text for c in "*?["):
-            continue
-        rel = _relative(text, cwd, root)
-        if rel is None:
-            continue
-        with contextlib.suppress(OSError, ValueError, RecursionError):
-            names = wcglob.iglob(rel, root_dir=root, flags=GLOB_FLAGS, limit=MAX_EXPANSIONS)
-            # Absolute, so the caller does not join them to ``cwd`` a second time.
-            globbed.extend(root + "/" + n for n in itertools.islice(names, MAX_EXPANSIONS))
-    return out + globbed
-
-
-def _relative(text: str, cwd: str, root: str | None) -> str | None:
-    if text.startswith("~"):
-        return None
-    if text.startswith("/"):
-        if root is None:
-            return None
-        norm = posixpath.normpath(text)
-        if norm == root:
-            return "."
-        if not norm.startswith(root + "/"):
-            return None
-        return norm[len(root) + 1 :]
-    rel = posixpath.normpath(posixpath.join(cwd or ".", text))
-    if rel == ".." or rel.startswith("../"):
-        return None
-    return rel
-
-
 def as_dict(verdict: GuardrailVerdict) -> dict[str, Any]:
     """A verdict as JSON-ready data (for logs and turn records)."""
     return {
         "blocked_by": verdict.blocked_by_data(),
         "message": verdict.message,
+        "ask": verdict.ask,
         "warnings": [
             {"rule": w.rule, "message": w.message, "path": w.path} for w in verdict.warnings
         ],

@@ -11,8 +11,8 @@
    rewriting a harmless command into one that names a protected file: the
    rewrite is validated, scoped and guarded again, and nothing is written.
 
-Part 1 runs the guardrail stage's own code (proposed_call + Guardrails) on a
-real workspace; part 2 an in-process server with real hook processes.
+Part 1 runs the guardrail stage's own code (the shell tool's declared effects
++ Guardrails) on a real workspace; part 2 an in-process server with real hook processes.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from typing import Any
 import pytest
 
 from dispatcher.pipeline.guardrails import GuardrailConfig, Guardrails
-from dispatcher.pipeline.proposed import proposed_call
+from dispatcher.tool import ToolEffects
+from dispatcher.tools import ShellTool
 from dispatcher.workspace import WorkspaceFileAPI
-from protocol.canonical import SideEffects
 from tests.harness import InProcessServer
 from tests.server.pipeline_support import AUTO_POLICY, checksums, pipeline_server
 from tests.server.support import new_session, start_turn, use, wait_turn
@@ -83,9 +83,13 @@ SHELL_ATTACKS = [
 ]
 
 
+async def shell_effects(tool_input: dict[str, Any], api: WorkspaceFileAPI) -> ToolEffects:
+    return await ShellTool().effects(tool_input, api)
+
+
 @pytest.mark.parametrize("command", SHELL_ATTACKS)
 @pytest.mark.parametrize("cwd", [".", "sub"])
-def test_a_shell_command_naming_a_protected_file_is_refused(
+async def test_a_shell_command_naming_a_protected_file_is_refused(
     workspace: Path, command: str, cwd: str
 ) -> None:
     rails = Guardrails(GuardrailConfig.model_validate({"protected_files": PROTECTED}))
@@ -93,17 +97,15 @@ def test_a_shell_command_naming_a_protected_file_is_refused(
     if cwd == "sub":
         # Run from sub/: the same attacks, one level down.
         command = f"cd {shlex.quote(str(workspace))} && {command}"
-    call = proposed_call("shell", {"command": command, "cwd": cwd}, SideEffects.EXECUTE, api)
+    call = await shell_effects({"command": command, "cwd": cwd}, api)
     verdict = rails.check(call)
     assert verdict.blocked_by == "protected_files", (command, call.command_paths)
 
 
-def test_an_absolute_cd_into_the_workspace_is_followed(workspace: Path) -> None:
+async def test_an_absolute_cd_into_the_workspace_is_followed(workspace: Path) -> None:
     rails = Guardrails(GuardrailConfig.model_validate({"protected_files": PROTECTED}))
     command = f"cd {workspace}/sub && cat ../.env"
-    call = proposed_call(
-        "shell", {"command": command}, SideEffects.EXECUTE, WorkspaceFileAPI(workspace)
-    )
+    call = await shell_effects({"command": command}, WorkspaceFileAPI(workspace))
     assert rails.check(call).blocked_by == "protected_files"
 
 
@@ -111,20 +113,20 @@ def test_an_absolute_cd_into_the_workspace_is_followed(workspace: Path) -> None:
     "env",
     [{"F": ".env"}, {"A": "x", "F": "./sub/../.env"}, {"D": "vault/key.pem"}, {"G": ".e*"}],
 )
-def test_a_protected_file_named_through_the_calls_env_is_refused(
+async def test_a_protected_file_named_through_the_calls_env_is_refused(
     workspace: Path, env: dict[str, str]
 ) -> None:
     rails = Guardrails(GuardrailConfig.model_validate({"protected_files": PROTECTED}))
     tool_input = {"command": 'cp notes.txt "$F$D$G"', "env": env}
-    call = proposed_call("shell", tool_input, SideEffects.EXECUTE, WorkspaceFileAPI(workspace))
+    call = await shell_effects(tool_input, WorkspaceFileAPI(workspace))
     assert rails.check(call).blocked_by == "protected_files", (env, call.command_paths)
 
 
-def test_commands_that_name_no_protected_file_pass(workspace: Path) -> None:
+async def test_commands_that_name_no_protected_file_pass(workspace: Path) -> None:
     rails = Guardrails(GuardrailConfig.model_validate({"protected_files": PROTECTED}))
     api = WorkspaceFileAPI(workspace)
     for command in ["cat notes.txt", "ls sub", "cat *.txt", "echo .envy", "cat n*"]:
-        call = proposed_call("shell", {"command": command}, SideEffects.EXECUTE, api)
+        call = await shell_effects({"command": command}, api)
         assert rails.check(call).allowed, (command, call.command_paths)
 
 

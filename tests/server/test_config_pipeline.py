@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.pipeline.guardrails import Guardrails, ProposedCall
+from dispatcher.pipeline.guardrails import Guardrails
 from dispatcher.pipeline.hooks import HookEvent
 from dispatcher.pipeline.profiles import resolve_profile
-from protocol.canonical import SideEffects
+from dispatcher.tool import ToolEffects
 from server.config import ConfigInvalid, load_config
 
 TEAM = """
@@ -49,7 +49,7 @@ def test_the_design_example_loads(tmp_path: Path) -> None:
     rails = Guardrails(config.guardrails)
     assert (
         rails.check(
-            ProposedCall("write_file", SideEffects.WRITE, paths_modified=("app/.env",))
+            ToolEffects(writes=("app/.env",))
         ).blocked_by
         == "protected_files"
     )

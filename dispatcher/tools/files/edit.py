@@ -12,11 +12,19 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dispatcher.errors import ToolExecutionError, ToolPermissionDenied
-from dispatcher.tool import BaseTool, ConfirmationPreview, ToolContext, ToolOutput
+from dispatcher.errors import ToolError, ToolExecutionError, ToolPermissionDenied
+from dispatcher.tool import (
+    BaseTool,
+    ConfirmationPreview,
+    ToolContext,
+    ToolEffects,
+    ToolOutput,
+    declared_paths,
+)
 from dispatcher.tools.common import (
     Options,
     check_cancelled,
+    file_size,
     git_guard,
     object_schema,
     path_property,
@@ -26,7 +34,7 @@ from dispatcher.tools.common import (
     run_blocking,
 )
 from dispatcher.tools.files.locks import locked_paths
-from dispatcher.tools.files.textdiff import unified_file_diff
+from dispatcher.tools.files.textdiff import changed_lines, unified_file_diff
 from dispatcher.workspace import WorkspaceFileAPI, WorkspacePathNotFound
 from protocol.canonical import SideEffects, ToolDefinition
 
@@ -34,6 +42,9 @@ if TYPE_CHECKING:
     from dispatcher.sandbox import Sandbox
 
 DEFAULT_READ_MAX_CHARS = 2 * 1024 * 1024
+# Past this size the current file is not read to count a write's changed
+# lines: the count is then the new content's lines alone (a lower bound).
+DIFF_READ_LIMIT = 1024 * 1024
 
 
 def decode_text(data: bytes, path: str) -> str:
@@ -55,6 +66,32 @@ def decode_text(data: bytes, path: str) -> str:
 def file_diff(rel: str, before: str, after: str, *, created: bool = False) -> str:
     """Unified diff of one file's change, git style (``/dev/null`` for a new file)."""
     return unified_file_diff(rel, before, after, created=created)
+
+
+def count_lines(text: str) -> int:
+    """Lines of ``text``, a last line without a newline included."""
+    if not text:
+        return 0
+    return text.count("\n") + (0 if text.endswith("\n") else 1)
+
+
+def _write_lines(
+    workspace: WorkspaceFileAPI, path: str, rel: str, content: str, append: bool
+) -> int:
+    """Lines a write changes: the appended lines, or the diff against the
+    current text (a new, unreadable or very large file counts as empty)."""
+    if append:
+        return count_lines(content)
+    return changed_lines(unified_file_diff(rel, _current_text(workspace, path), content))
+
+
+def _current_text(workspace: WorkspaceFileAPI, path: str) -> str:
+    try:
+        if workspace.stat(path).st_size > DIFF_READ_LIMIT:
+            return ""
+        return workspace.read_bytes(path).decode("utf-8", errors="replace")
+    except (ToolError, OSError):
+        return ""  # a new file, or one the tool itself will report on
 
 
 def match_lines(text: str, needle: str) -> list[int]:
@@ -236,6 +273,34 @@ class WriteFileTool(BaseTool):
             files_modified=[rel],
         )
 
+    async def effects(
+        self,
+        input: dict[str, Any],
+        workspace: WorkspaceFileAPI,
+        *,
+        sandbox: Sandbox | None = None,
+        prepared: Any = None,
+    ) -> ToolEffects:
+        """The path (and the file a link there leads to), the content, and the
+        lines changed against the current file (read off the event loop when
+        it is large)."""
+        path: str = input["path"]
+        content: str = input["content"]
+        append = input.get("mode") == "append"
+        paths = declared_paths(path, workspace)
+        size = 0 if append else file_size(workspace, path)
+        lines = await run_blocking(
+            lambda: _write_lines(workspace, path, paths[0], content, append),
+            size_hint=max(size, len(content)),
+        )
+        how = "append, " if append else ""
+        return ToolEffects(
+            writes=paths,
+            added_text=((paths[0], content),),
+            lines_changed=lines,
+            summary=f"{self.definition.name} {path} ({how}+{count_lines(content)} lines)",
+        )
+
     async def preview(
         self,
         input: dict[str, Any],
@@ -318,6 +383,27 @@ class PatchFileTool(BaseTool):
     def prepare(self, input: dict[str, Any], workspace: WorkspaceFileAPI) -> PreparedEdit:
         # Filled by preview, only when a confirmation is asked for.
         return PreparedEdit()
+
+    async def effects(
+        self,
+        input: dict[str, Any],
+        workspace: WorkspaceFileAPI,
+        *,
+        sandbox: Sandbox | None = None,
+        prepared: Any = None,
+    ) -> ToolEffects:
+        """The path, the new text, and the lines of the old/new difference
+        (from the input alone: the file is not read)."""
+        path: str = input["path"]
+        paths = declared_paths(path, workspace)
+        old, new = input["old_str"], input["new_str"]
+        removed, added = count_lines(old), count_lines(new)
+        return ToolEffects(
+            writes=paths,
+            added_text=((paths[0], new),),
+            lines_changed=changed_lines(unified_file_diff(paths[0], old, new)),
+            summary=f"{self.definition.name} {path} (+{added} -{removed} lines)",
+        )
 
     async def preview(
         self,
@@ -417,6 +503,19 @@ class DeleteFileTool(BaseTool):
             f"Deleted {rel} ({size} bytes)",
             metadata={"path": rel, "size_bytes": size},
             files_modified=[rel],
+        )
+
+    async def effects(
+        self,
+        input: dict[str, Any],
+        workspace: WorkspaceFileAPI,
+        *,
+        sandbox: Sandbox | None = None,
+        prepared: Any = None,
+    ) -> ToolEffects:
+        path: str = input["path"]
+        return ToolEffects(
+            deletes=declared_paths(path, workspace), summary=f"{self.definition.name} {path}"
         )
 
     async def preview(

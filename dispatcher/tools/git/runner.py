@@ -94,15 +94,21 @@ The model supplies values (a revision, a path), never flags: values go after
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from dispatcher.errors import ToolCancelled, ToolExecutionError, ToolTimeout, ToolValidationFailed
 from dispatcher.process import ProcessRunner
 from dispatcher.tool import ToolContext
+
+if TYPE_CHECKING:
+    from dispatcher.sandbox import Sandbox
+    from dispatcher.workspace import WorkspaceFileAPI
 
 GIT_TIMEOUT = 60.0
 STRUCTURED_LIMIT = 64 * 1024 * 1024
@@ -337,16 +343,36 @@ class GitRunner:
     """Runs git in one workspace; ``terminate()`` stops the running command.
 
     ``writable``: whether the command may write the workspace (and ``.git``);
-    inside the sandbox the workspace is mounted read-only otherwise."""
+    inside the sandbox the workspace is mounted read-only otherwise. A tool
+    call's runner comes from ``of(context)``; a stage before the call (the
+    effects of a branch switch) builds one from the workspace and sandbox."""
 
-    def __init__(self, context: ToolContext, *, writable: bool = False) -> None:
-        self.context = context
-        self.root = context.workspace_files.workspace_root
+    def __init__(
+        self,
+        workspace: WorkspaceFileAPI,
+        *,
+        sandbox: Sandbox | None = None,
+        cancel_event: asyncio.Event | None = None,
+        writable: bool = False,
+    ) -> None:
+        self.sandbox = sandbox
+        self.cancel_event = cancel_event if cancel_event is not None else asyncio.Event()
+        self.root = workspace.workspace_root
         self.writable = writable
         self._runner: ProcessRunner | None = None
         self._config: RepoConfig | None = None
         self._path = safe_path(self.root)
         self._git = shutil.which("git", path=self._path) or "git"
+
+    @classmethod
+    def of(cls, context: ToolContext, *, writable: bool = False) -> GitRunner:
+        """The runner of one tool call: its workspace, sandbox and cancellation."""
+        return cls(
+            context.workspace_files,
+            sandbox=context.sandbox,
+            cancel_event=context.cancel_event,
+            writable=writable,
+        )
 
     def _env(self) -> dict[str, str]:
         env = {k: os.environ[k] for k in ("TZ",) if k in os.environ}
@@ -384,7 +410,7 @@ class GitRunner:
         for key, value in (*STATIC_PINS, ("core.worktree", self.root)):
             argv += ["-c", f"{key}={value}"]
         argv += list(args)
-        sandbox = self.context.sandbox
+        sandbox = self.sandbox
         if sandbox is None:
             return argv
         return sandbox.command(
@@ -498,7 +524,7 @@ class GitRunner:
             output_limit=output_limit,
             stream_limit=0,
             emit=_discard,
-            cancel_event=self.context.cancel_event,
+            cancel_event=self.cancel_event,
             kill_grace=1.0,
         )
         self._runner = runner

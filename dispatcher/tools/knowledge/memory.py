@@ -18,16 +18,20 @@ facts as ``ToolOutput.data``, shaped by its ``definition.output_schema``.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from dispatcher.errors import ToolExecutionError, ToolValidationFailed
-from dispatcher.tool import BaseTool, ToolContext, ToolOutput
+from dispatcher.tool import BaseTool, ToolContext, ToolEffects, ToolOutput, summarize_input
 from dispatcher.tools.common import check_cancelled, object_schema
 from dispatcher.tools.knowledge.memory_events import announce_change, announce_consolidated
 from dispatcher.tools.knowledge.store import Memory, MemoryNotFound, MemoryScope
 from dispatcher.tools.shapes import COUNT, NUMBER, STRING, array, record
 from protocol.canonical import SideEffects, ToolDefinition
 from protocol.catalog import EventType
+
+if TYPE_CHECKING:
+    from dispatcher.sandbox import Sandbox
+    from dispatcher.workspace import WorkspaceFileAPI
 
 _ID = {"type": "string", "minLength": 1, "description": "The memory's id (mem_...)."}
 # _public(memory)
@@ -83,6 +87,18 @@ class _MemoryTool(BaseTool):
     session's MemoryScope, see _scope)."""
 
     options_section: ClassVar[str | None] = "memory"
+
+    async def effects(
+        self,
+        input: dict[str, Any],
+        workspace: WorkspaceFileAPI,
+        *,
+        sandbox: Sandbox | None = None,
+        prepared: Any = None,
+    ) -> ToolEffects:
+        """The memory store lives in the server's data dir: no workspace file,
+        no process."""
+        return ToolEffects(summary=summarize_input(self.definition.name, input))
 
 
 class MemoryAddTool(_MemoryTool):

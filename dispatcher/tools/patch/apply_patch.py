@@ -17,7 +17,15 @@ from typing import Any
 
 from dispatcher.errors import ToolError, ToolExecutionError, ToolPermissionDenied
 from dispatcher.sandbox import Sandbox
-from dispatcher.tool import BaseTool, ConfirmationPreview, ToolContext, ToolOutput
+from dispatcher.tool import (
+    BaseTool,
+    ConfirmationPreview,
+    ToolContext,
+    ToolEffects,
+    ToolOutput,
+    declared_paths,
+    lexical_path,
+)
 from dispatcher.tools.common import (
     check_cancelled,
     git_guard,
@@ -112,6 +120,24 @@ class ApplyPatchTool(BaseTool):
             _commit(ws, plan)
         return _report(targets, plan)
 
+    async def effects(
+        self,
+        input: dict[str, Any],
+        workspace: WorkspaceFileAPI,
+        *,
+        sandbox: Sandbox | None = None,
+        prepared: Any = None,
+    ) -> ToolEffects:
+        """Every file of the diff (the side the tool would patch, and the file
+        a link there leads to), its added lines and its ``+``/``-`` count. An
+        unreadable patch changes nothing: the tool refuses it."""
+        patch: str = input["patch"]
+        name = self.definition.name
+        return await run_blocking(
+            lambda: patch_effects(name, patch, input.get("path"), workspace),
+            size_hint=len(patch),
+        )
+
     async def preview(
         self,
         input: dict[str, Any],
@@ -135,6 +161,46 @@ class ApplyPatchTool(BaseTool):
             kind="diff",
             projected_modifications=tuple(t.rel for t in targets),
         )
+
+
+def patch_effects(
+    tool_name: str, patch: str, only: str | None, ws: WorkspaceFileAPI | None
+) -> ToolEffects:
+    """The effects of applying ``patch`` (see ApplyPatchTool.effects)."""
+    try:
+        files = parse_unified_diff(patch, default_path=only)
+    except ToolError:
+        return ToolEffects(summary=f"{tool_name}: (unreadable patch)")
+    writes: dict[str, None] = {}
+    deletes: dict[str, None] = {}
+    added: list[tuple[str, str]] = []
+    lines = 0
+    for fp in files:
+        name = fp.new_path or fp.old_path or ""
+        into = deletes if fp.new_path is None else writes
+        for path in _patched_names(fp):
+            into.update(dict.fromkeys(declared_paths(path, ws)))
+        plus = [ln.text for h in fp.hunks for ln in h.lines if ln.op == "+"]
+        lines += len(plus) + sum(1 for h in fp.hunks for ln in h.lines if ln.op == "-")
+        if plus:
+            added.append((lexical_path(name), "\n".join(plus) + "\n"))
+    names = [fp.new_path or fp.old_path or "?" for fp in files]
+    noun = "file" if len(names) == 1 else "files"
+    shown = ", ".join(names[:3]) + (", …" if len(names) > 3 else "")
+    return ToolEffects(
+        writes=tuple(writes),
+        deletes=tuple(d for d in deletes if d not in writes),
+        added_text=tuple(added),
+        lines_changed=lines,
+        summary=f"{tool_name}: {len(names)} {noun} ({shown})",
+    )
+
+
+def _patched_names(fp: FilePatch) -> list[str]:
+    """The names a section may patch: both of a ``diff -u file.orig file``
+    section, since which one the tool patches depends on which exists when it
+    runs (``_choose_path``), not when the effects are declared."""
+    return list(dict.fromkeys(p for p in (fp.old_path, fp.new_path) if p is not None))
 
 
 def _targets(ws: WorkspaceFileAPI, files: list[FilePatch], only: str | None) -> list[_Target]:

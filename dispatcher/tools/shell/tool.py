@@ -48,9 +48,20 @@ from dispatcher.tool import (
     ConfirmationPreview,
     GrantScope,
     ToolContext,
+    ToolEffects,
     ToolOutput,
+    lexical_path,
+    one_line,
 )
-from dispatcher.tools.common import Options, check_cancelled, object_schema, path_property
+from dispatcher.tools.common import (
+    THREAD_THRESHOLD_BYTES,
+    Options,
+    check_cancelled,
+    object_schema,
+    path_property,
+    run_blocking,
+)
+from dispatcher.tools.shell.paths import shell_call_paths
 from dispatcher.tools.shell.rules import Analysis, analyze, max_rating, rate_command
 from dispatcher.workspace import WorkspaceFileAPI
 from protocol.canonical import SideEffects, ToolDefinition
@@ -68,6 +79,10 @@ _FORBIDDEN_ENV = re.compile(
 # Server environment variables a command inherits; everything else (keys,
 # tokens, cloud credentials) stays out unless the env_passthrough option names it.
 _INHERITED = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "TZ", "TMPDIR")
+# Past this many characters a command's words are resolved in a worker
+# thread (each costs a few system calls), as is any command with a glob,
+# which lists workspace folders.
+_INLINE_PATHS_CHARS = 4096
 
 
 def _default_shell() -> str:
@@ -158,6 +173,35 @@ class ShellTool(BaseTool):
             lines.append("This command will be refused: " + "; ".join(result.blocked))
         keep = len("\n".join(head))
         return ConfirmationPreview(text="\n".join(head + lines), kind="command", keep=keep)
+
+    async def effects(
+        self,
+        input: dict[str, Any],
+        workspace: WorkspaceFileAPI,
+        *,
+        sandbox: Sandbox | None = None,
+        prepared: Any = None,
+    ) -> ToolEffects:
+        """The command, its working directory, and the paths its words,
+        redirections and ``env`` values name (shell/paths.py). Globs are
+        matched against the workspace, so a command that has any is read off
+        the event loop."""
+        command: str = input["command"]
+        cwd = lexical_path(str(input.get("cwd") or "."))
+        env = input.get("env")
+        env_values = env if isinstance(env, Mapping) else None
+        root = workspace.workspace_root
+        named = await run_blocking(
+            lambda: shell_call_paths(command, cwd, root, env_values),
+            size_hint=_paths_work(command),
+        )
+        where = f" (in {cwd})" if cwd not in ("", ".") else ""
+        return ToolEffects(
+            commands=(command,),
+            cwd=cwd,
+            command_paths=named,
+            summary=one_line(f"{self.definition.name}: {command}") + where,
+        )
 
     def scope(
         self, input: dict[str, Any], workspace: WorkspaceFileAPI, *, prepared: Any = None
@@ -307,6 +351,13 @@ def _environment(extra: Any, options: Options) -> dict[str, str]:
             )
         env[key] = value
     return env
+
+
+def _paths_work(command: str) -> int:
+    """The ``size_hint`` that sends finding a command's paths to a thread or not."""
+    if len(command) > _INLINE_PATHS_CHARS or any(c in command for c in "*?["):
+        return THREAD_THRESHOLD_BYTES
+    return 0
 
 
 def _sandbox_failed(result: ProcessResult) -> bool:

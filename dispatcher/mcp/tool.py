@@ -33,11 +33,13 @@ import mcp_types as types
 from mcp import MCPError
 
 from dispatcher.errors import ToolCancelled
-from dispatcher.tool import BaseTool, ToolContext, ToolOutput
-from protocol.canonical import ImageBlock, TextBlock, ToolDefinition
+from dispatcher.tool import BaseTool, ToolContext, ToolEffects, ToolOutput, summarize_input
+from protocol.canonical import ImageBlock, SideEffects, TextBlock, ToolDefinition
 
 if TYPE_CHECKING:
     from dispatcher.mcp.manager import McpConnection
+    from dispatcher.sandbox import Sandbox
+    from dispatcher.workspace import WorkspaceFileAPI
 
 # How long a cancelled call waits for the SDK to send its cancellation.
 CANCEL_WAIT = 5.0
@@ -56,6 +58,21 @@ class McpTool(BaseTool):
         self._connection = connection
         self._mcp_name = mcp_name
         self._task: asyncio.Task[types.CallToolResult] | None = None
+
+    async def effects(
+        self,
+        input: dict[str, Any],
+        workspace: WorkspaceFileAPI,
+        *,
+        sandbox: Sandbox | None = None,
+        prepared: Any = None,
+    ) -> ToolEffects:
+        """What the server does with a call is its own: unknown, unless the
+        tool is declared (or annotated and trusted) to read only."""
+        summary = summarize_input(self.definition.name, input)
+        if self.definition.side_effects in (SideEffects.NONE, SideEffects.READ):
+            return ToolEffects(summary=summary)
+        return ToolEffects.not_known(summary)
 
     async def execute(self, input: dict[str, Any], context: ToolContext) -> ToolOutput:
         client = self._connection.ready_client()

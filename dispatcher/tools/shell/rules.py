@@ -58,6 +58,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from dispatcher.tool import CallRating
+from dispatcher.tools.shell import programs
 from dispatcher.tools.shell.lexer import (
     Command,
     Pipeline,
@@ -67,6 +68,7 @@ from dispatcher.tools.shell.lexer import (
     parse,
     tokenize,
 )
+from dispatcher.tools.shell.options import Effect, Reading, Spec, read_args, read_find
 
 MAX_DEPTH = 8
 _ORDER = {CallRating.SAFE: 0, CallRating.DEV: 1, CallRating.DANGEROUS: 2}
@@ -170,9 +172,6 @@ DEV_COMMANDS = frozenset(
      "mvn", "gradle", "gradlew", "tox", "nox", "rustfmt", "gofmt", "shellcheck", "tee",
      "mkdir", "touch", "coverage", "ctest", "bazel", "sbt", "dotnet"}
 )  # fmt: skip
-_FIND_ACTIONS = frozenset(
-    {"-delete", "-exec", "-execdir", "-ok", "-okdir", "-fprint", "-fprint0", "-fprintf", "-fls"}
-)
 _GIT_SAFE = frozenset(
     {"status", "log", "diff", "show", "rev-parse", "ls-files", "blame", "describe", "shortlog",
      "grep", "ls-tree", "cat-file", "branch", "tag", "remote", "stash", "config", "version",
@@ -225,12 +224,22 @@ class Part:
 
 @dataclass(slots=True)
 class Analysis:
-    """What the rules concluded about one command line."""
+    """What the rules concluded about one command line.
+
+    ``writes``: the workspace paths, as written (relative to the command's
+    working folder), that the line's redirections, option values (``sort
+    -o.env`` -> ``.env``, ``--output=.env``) and written operands (``tee
+    F``, ``uniq IN OUT``, ``black src``: a folder stands for files under
+    it) would write, in order. Targets outside the workspace are not listed
+    (they rate the line dangerous). ``writes_unknown``: the line writes
+    somewhere no static reading can name (``> $F``, ``file -C``)."""
 
     blocked: list[str] = field(default_factory=list)
     rating: CallRating = CallRating.SAFE
     programs: set[str] = field(default_factory=set)
     parts: list[Part] = field(default_factory=list)
+    writes: list[str] = field(default_factory=list)
+    writes_unknown: bool = False
 
     def merge(self, other: Analysis) -> None:
         for reason in other.blocked:
@@ -239,6 +248,8 @@ class Analysis:
         self.rating = max_rating(self.rating, other.rating)
         self.programs |= other.programs
         self.parts.extend(other.parts)
+        self.writes.extend(w for w in other.writes if w not in self.writes)
+        self.writes_unknown = self.writes_unknown or other.writes_unknown
 
     def lift(self, rating: CallRating) -> None:
         self.rating = max_rating(self.rating, rating)
@@ -408,7 +419,7 @@ def _analyze_command(
     stdin_texts: list[str] = []
     for redirect in cmd.redirects:
         target = redirect.target.text if redirect.target is not None else ""
-        if redirect.op in _WRITE_REDIRECTS:
+        if redirect.op in _WRITE_REDIRECTS or _writes_file(redirect.op, target):
             if _BLOCK_DEVICE.match(target):
                 result.block(f"writing to the block device {target}")
             elif target not in _HARMLESS_SINKS:
@@ -489,7 +500,10 @@ def _analyze_command(
                 if analyze(inner_text, depth + 1).programs & FETCHERS:
                     result.block(f"running downloaded code with {prog}")
     if nested is None:
-        result.lift(classify(prog, args, where))
+        rating, effects = _classify(prog, args, where)
+        result.lift(rating)
+        _note_writes(result, effects.writes, where)
+        result.writes_unknown = result.writes_unknown or effects.writes_unknown
     if _foreign_program(head, where):
         result.lift(CallRating.DANGEROUS)
     _rate_writes(result, writes, where)
@@ -637,10 +651,25 @@ def _shell_positional(prog: str, args: list[Word]) -> list[str] | None:
     return None
 
 
+def _writes_file(op: str, target: str) -> bool:
+    """``>&word`` with a word that is not a descriptor is bash's ``&>word``."""
+    return op == ">&" and not target.isdigit() and target != "-"
+
+
 def _rate_writes(result: Analysis, writes: list[str], where: Where | None = None) -> None:
     for target in writes:
         outside = "$" in target or _points_outside(Word(target), where)
         result.lift(CallRating.DANGEROUS if outside else CallRating.DEV)
+    _note_writes(result, writes, where)
+
+
+def _note_writes(result: Analysis, writes: list[str], where: Where | None) -> None:
+    """Record the workspace paths among ``writes`` (see Analysis.writes)."""
+    for target in writes:
+        if "$" in target:
+            result.writes_unknown = True
+        elif not _points_outside(Word(target), where) and target not in result.writes:
+            result.writes.append(target)
 
 
 def _nested_script(prog: str, args: list[Word]) -> str | None:
@@ -845,107 +874,135 @@ def _has_flag(texts: list[str], short: str, long: str) -> bool:
 
 def classify(prog: str, args: list[Word], where: Where | None = None) -> CallRating:
     """safe / dev / dangerous for one program and its arguments."""
+    return _classify(prog, args, where)[0]
+
+
+@dataclass(slots=True)
+class OptionEffects:
+    """What a program's options and operands do, read against the option
+    table (dispatcher/tools/shell/programs.py): the rating they call for
+    and the paths they write."""
+
+    rating: CallRating = CallRating.SAFE
+    writes: list[str] = field(default_factory=list)
+    writes_unknown: bool = False
+
+    def lift(self, rating: CallRating) -> None:
+        self.rating = max_rating(self.rating, rating)
+
+
+def _classify(prog: str, args: list[Word], where: Where | None) -> tuple[CallRating, OptionEffects]:
     texts = [a.text for a in args]
-    rating = max_rating(_base_rating(prog, texts), _option_rating(prog, texts))
+    effects = option_effects(prog, texts, where)
+    rating = max_rating(_base_rating(prog, texts), effects.rating)
     if rating is not CallRating.DANGEROUS and any(_points_outside(a, where) for a in args):
-        return CallRating.DANGEROUS
+        rating = CallRating.DANGEROUS
     if rating is CallRating.SAFE and any(a.dynamic for a in args):
         # Unknown arguments to a read command: still only reads, but where?
-        return CallRating.DEV
-    return rating
+        rating = CallRating.DEV
+    return rating, effects
 
 
-def _options(texts: list[str]) -> list[str]:
-    """The option words before ``--``."""
-    found: list[str] = []
-    for t in texts:
-        if t == "--":
-            break
-        if t.startswith("-") and t != "-":
-            found.append(t)
+def option_effects(prog: str, texts: list[str], where: Where | None = None) -> OptionEffects:
+    """The rating ``prog``'s options and operands call for, and what they write.
+
+    - an option the table does not know (for a program rated safe, whose
+      entry lists every option) or that getopt would reject: at least dev.
+      A safe command runs unasked, so its arguments must be fully
+      understood: an unknown option may be newer than the table, may take
+      a value that hides the next option, and nobody has checked what it
+      does. Dev asks; the cost is a question for a rare option;
+    - a long-option prefix matching several options: dangerous (a program
+      version with fewer options would read it as one of them);
+    - a write (option value or operand): dev, dangerous outside the
+      workspace; a folder for temporary files likewise;
+    - running a program the arguments choose, changing the machine:
+      dangerous; running fixed helpers, following links: dev;
+    - a file read by an option's value, outside the workspace: dangerous.
+    """
+    found = OptionEffects()
+    spec, reading = _read(prog, texts)
+    if spec is None or reading is None:
+        return found
+    if reading.unknown:
+        found.lift(CallRating.DEV)
+    if reading.ambiguous:
+        found.lift(CallRating.DANGEROUS)
+    for effect, option in reading.effects(spec):
+        _apply(found, effect, option.value, where)
+    for operand in _written_operands(spec, reading):
+        _apply(found, Effect.WRITES, operand, where)
+    if spec.operands is not None and reading.operands:
+        _apply(found, spec.operands, None, where)
+    if prog == "date" and any(not o.startswith("+") for o in reading.operands):
+        found.lift(CallRating.DANGEROUS)  # date MMDDhhmm sets the clock
     return found
 
 
-def _short(texts: list[str], letters: str) -> bool:
-    """A short option cluster (``-nRi``) holds one of ``letters``. Over-matches
-    a value glued to an option (``-gLICENSE``): only ever too careful."""
-    return any(not o.startswith("--") and set(o[1:]) & set(letters) for o in _options(texts))
+def _read(prog: str, texts: list[str]) -> tuple[Spec | None, Reading | None]:
+    """The table entry of ``prog`` (find, git and pip included) and its reading."""
+    if prog == "find":
+        return _FIND_AS_SPEC, read_find(programs.FIND, texts)
+    if prog == "git":
+        i = _git_subcommand(texts)
+        if i is None:
+            return None, None
+        git = programs.GIT_GREP if texts[i] == "grep" else programs.GIT
+        return git, read_args(git, texts[i + 1 :])
+    if prog in ("pip", "pip3"):
+        return programs.PIP, read_args(programs.PIP, texts[1:])
+    entry = programs.SAFE_SPECS.get(prog) or programs.DEV_SPECS.get(prog)
+    return entry, (read_args(entry, texts) if entry is not None else None)
 
 
-def _long(texts: list[str], *names: str) -> bool:
-    """A long option is one of ``names``, with or without ``=value``, or an
-    abbreviation of one (GNU getopt accepts ``--compress-prog=...``)."""
-    for o in _options(texts):
-        if not o.startswith("--"):
-            continue
-        given = o.split("=", 1)[0]
-        if any(n == given or (len(given) >= 5 and n.startswith(given)) for n in names):
-            return True
-    return False
+_FIND_AS_SPEC = Spec(effects=programs.FIND.effects)
 
 
-def _option_rating(prog: str, texts: list[str]) -> CallRating:
-    """Options of read commands that run another program (dangerous) or
-    follow symbolic links out of the tree, decompress through helpers or
-    write files (dev)."""
+def _apply(found: OptionEffects, effect: Effect, value: str | None, where: Where | None) -> None:
     dev, dangerous = CallRating.DEV, CallRating.DANGEROUS
-    if prog == "rg":
-        if _long(texts, "--pre", "--pre-glob", "--hostname-bin"):
-            return dangerous
-        if _short(texts, "zL") or _long(texts, "--search-zip", "--follow"):
-            return dev
-    elif prog in ("grep", "egrep", "fgrep"):
-        if _short(texts, "R") or _long(texts, "--dereference-recursive"):
-            return dev
-    elif prog == "ag":
-        if _long(texts, "--pager"):
-            return dangerous
-        if _short(texts, "fz") or _long(texts, "--follow", "--search-zip"):
-            return dev
-    elif prog == "fd":
-        if _short(texts, "xX") or _long(texts, "--exec", "--exec-batch"):
-            return dangerous
-        if _short(texts, "L") or _long(texts, "--follow"):
-            return dev
-    elif prog == "find":
-        if any(t in ("-L", "-H", "-follow") for t in texts):
-            return dev
-    elif prog == "sort":
-        if _long(texts, "--compress-program"):
-            return dangerous
-    elif prog in ("ls", "du", "stat"):
-        if _short(texts, "L") or _long(texts, "--dereference"):
-            return dev
-    elif prog == "tree":
-        if _short(texts, "loR") or _long(texts, "--fromfile"):
-            return dev
-    elif prog == "diff":
-        # diff -r follows links to directories; --to-file/--from-file name paths
-        # (checked like every other path).
-        if _short(texts, "r") or _long(texts, "--recursive"):
-            return dev
-    elif prog == "file":
-        if _short(texts, "zZC") or _long(texts, "--uncompress", "--compile"):
-            return dev
-    elif prog == "hostname":
-        if _short(texts, "Fb") or _long(texts, "--file", "--boot"):
-            return dangerous
-    elif prog == "jq" and _short(texts, "L"):
-        return dev
-    return CallRating.SAFE
+    if effect in (Effect.RUNS, Effect.SYSTEM):
+        found.lift(dangerous)
+    elif effect in (Effect.HELPERS, Effect.FOLLOWS):
+        found.lift(dev)
+    elif effect is Effect.CREATES:
+        found.lift(dev)
+        found.writes_unknown = True
+    elif effect is Effect.READS:
+        if value and _points_outside(Word(value), where):
+            found.lift(dangerous)
+    elif effect in (Effect.WRITES, Effect.CREATES_IN):
+        _apply_write(found, effect, value, where)
+
+
+def _apply_write(
+    found: OptionEffects, effect: Effect, value: str | None, where: Where | None
+) -> None:
+    if value in _HARMLESS_SINKS:
+        return
+    if not value or "$" in value or _points_outside(Word(value), where):
+        found.lift(CallRating.DANGEROUS)
+        found.writes_unknown = found.writes_unknown or not value or "$" in value
+        return
+    found.lift(CallRating.DEV)
+    if effect is Effect.WRITES and value not in found.writes:
+        found.writes.append(value)
+
+
+def _written_operands(spec: Spec, reading: Reading) -> list[str]:
+    """Operands the program writes: always (tee, uniq OUT), unless an
+    option keeps them (black --check), or only with an option (gofmt -w)."""
+    given = {e for e, _ in reading.effects(spec)}
+    if Effect.KEEPS_OPERANDS in given:
+        return []
+    if Effect.WRITES_OPERANDS in given:
+        return reading.operands[spec.operands_written or 0 :]
+    if spec.operands_written is None or Effect.WRITES_OPERANDS in spec.effects.values():
+        return []
+    return reading.operands[spec.operands_written :]
 
 
 def _base_rating(prog: str, texts: list[str]) -> CallRating:
-    if prog == "find":
-        return CallRating.DANGEROUS if _FIND_ACTIONS & set(texts) else CallRating.SAFE
-    if prog == "sort" and any(t in ("-o", "--output") or t.startswith("--output=") for t in texts):
-        return CallRating.DEV
-    if prog == "date" and any(t in ("-s", "--set") or t.startswith("--set=") for t in texts):
-        return CallRating.DANGEROUS
-    if prog == "hostname" and any(not t.startswith("-") for t in texts):
-        return CallRating.DANGEROUS
-    if prog == "uniq" and len([t for t in texts if not t.startswith("-")]) > 1:
-        return CallRating.DEV
+    # Options and operands are rated from the option table (option_effects).
     if prog in SAFE_COMMANDS:
         return CallRating.SAFE
     if prog in READ_BUT_DEV:
@@ -1018,16 +1075,12 @@ def _git_rating(texts: list[str]) -> CallRating:
     ``git status`` run programs (``core.fsmonitor``, filters, ``core.pager``,
     ``diff.external``, textconv). The git *tools* are the safe way to read a
     repository: they pin all of that. Only ``git --version`` stays safe."""
-    i = 0
-    while i < len(texts) and texts[i].startswith("-"):
-        opt = texts[i]
-        # -c can set an alias or pager that runs any program.
-        if opt.startswith(("-c", "--config-env", "--exec-path")):
-            return CallRating.DANGEROUS
-        i += 2 if opt in ("-C", "--git-dir", "--work-tree", "--namespace") else 1
+    if any(t.startswith(("-c", "--config-env", "--exec-path")) for t in _git_globals(texts)):
+        return CallRating.DANGEROUS  # -c can set an alias or pager that runs any program
     if texts in (["--version"], ["version"]):
         return CallRating.SAFE
-    if i >= len(texts):
+    i = _git_subcommand(texts)
+    if i is None:
         return CallRating.DEV
     sub, rest = texts[i], texts[i + 1 :]
     if sub in ("push", "clean", "fetch", "pull", "clone", "filter-branch", "gc", "prune"):
@@ -1037,13 +1090,28 @@ def _git_rating(texts: list[str]) -> CallRating:
     if sub == "config":
         reads = {"--get", "--get-all", "--get-regexp", "--list", "-l"}
         return CallRating.DEV if reads & set(rest) else CallRating.DANGEROUS
-    if sub == "grep" and (_short(rest, "O") or _long(rest, "--open-files-in-pager")):
-        return CallRating.DANGEROUS
-    if any(t.startswith(("--ext-diff", "--textconv", "--upload-pack", "--exec")) for t in rest):
-        return CallRating.DANGEROUS
+    # Options that write or run (--output, --ext-diff, grep -O): option_effects.
     if sub in _GIT_SAFE or sub in _GIT_DEV:
         return CallRating.DEV
     return CallRating.DANGEROUS
+
+
+_GIT_VALUED = frozenset({"-C", "--git-dir", "--work-tree", "--namespace"})
+
+
+def _git_globals(texts: list[str]) -> list[str]:
+    """git's own options, before the subcommand (exact names: git's
+    top-level parser takes no abbreviations)."""
+    i = _git_subcommand(texts)
+    return texts[: len(texts) if i is None else i]
+
+
+def _git_subcommand(texts: list[str]) -> int | None:
+    """The index of git's subcommand, None if there is none."""
+    i = 0
+    while i < len(texts) and texts[i].startswith("-"):
+        i += 2 if texts[i] in _GIT_VALUED else 1
+    return i if i < len(texts) else None
 
 
 def _points_outside(word: Word, where: Where | None = None) -> bool:

@@ -10,6 +10,9 @@ from protocol.canonical import SideEffects
 
 # Server names become part of tool names (mcp_{server}_{tool}).
 SERVER_NAME = r"^[A-Za-z0-9][A-Za-z0-9-]{0,30}$"
+# The shell's default output cap (dispatcher/tools/shell/tool.py).
+DEFAULT_RESULT_BYTES = 64 * 1024
+DEFAULT_MESSAGE_BYTES = 32 * 1024 * 1024
 
 
 class McpToolConfig(BaseModel):
@@ -43,6 +46,20 @@ class McpServerConfig(BaseModel):
     tools: dict[str, McpToolConfig] = Field(default_factory=dict)
     # Seconds allowed for connecting and listing tools.
     connect_timeout: float = Field(default=30.0, gt=0, le=600)
+    # What one result keeps, in bytes of text, like the shell's
+    # max_output_bytes: past it the head and the tail are kept around a note,
+    # so a huge result is neither stored nor sent to the model whole.
+    max_result_bytes: int = Field(default=DEFAULT_RESULT_BYTES, ge=1024, le=64 * 1024 * 1024)
+    # The largest message (one JSON-RPC line) read from a stdio server; a
+    # longer one is dropped unread and the call it answers fails naming this
+    # key. It bounds the memory and the parsing time one message can cost.
+    max_message_bytes: int = Field(
+        default=DEFAULT_MESSAGE_BYTES, ge=64 * 1024, le=1024 * 1024 * 1024
+    )
+    # notifications/tools/list_changed re-lists the tools at most once per
+    # this many seconds (the last change is always seen): a server flipping
+    # its list cannot flood the sessions with tools.changed events.
+    list_changed_interval: float = Field(default=1.0, ge=0.05, le=3600)
 
     @field_validator("cwd")
     @classmethod

@@ -1,9 +1,11 @@
 """McpManager: one supervised connection per configured MCP server.
 
-Each connection runs in its own task: connect (stdio in the sandbox, or
-streamable HTTP), list the tools, register those the subset can express as
-``mcp_{server}_{tool}``, then wait. A ``notifications/tools/list_changed``
-re-lists and re-syncs the registry; a connection that ends (the process
+Each connection runs in its own task: connect (stdio in the sandbox, through
+the bounded transport of dispatcher/mcp/stdio.py, or streamable HTTP), list
+the tools, register those the subset can express as ``mcp_{server}_{tool}``,
+then wait. A ``notifications/tools/list_changed`` re-lists and re-syncs the
+registry, at most once per ``list_changed_interval`` (a server flipping its
+list a thousand times a second costs one re-list a second); a connection that ends (the process
 died, a call saw the connection close) is retried with exponential backoff.
 Tools stay registered while their server restarts: a call meanwhile fails
 at once with ``execution_error`` naming the state, and a restart that
@@ -36,6 +38,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from dispatcher.errors import ToolError, ToolExecutionError, ToolRegistrationError
 from dispatcher.mcp.config import McpServerConfig
 from dispatcher.mcp.schema import SchemaNotExpressible, translate_schema
+from dispatcher.mcp.stdio import MessageTooLarge, bounded_stdio_client
 from dispatcher.mcp.tool import McpTool
 from dispatcher.sandbox import Sandbox, SandboxConfig, reexposed_folders
 from protocol.backoff import Backoff
@@ -112,6 +115,8 @@ class McpConnection:
         self._stopping = False
         self._stop = asyncio.Event()
         self._private_dir: str | None = None
+        # Why the transport ended the connection, when it said (a message too large).
+        self._transport_error: str | None = None
         self.task: asyncio.Task[None] | None = None
 
     # -- used by McpTool --------------------------------------------------
@@ -174,11 +179,16 @@ class McpConnection:
     async def _session(self) -> None:
         self._dead.clear()
         self._relist.clear()
+        self._transport_error = None
         cfg = self.config
         async with contextlib.AsyncExitStack() as stack:
             transport: Any
             if cfg.command is not None:
-                transport = self._stdio_parameters()
+                transport = bounded_stdio_client(
+                    self._stdio_parameters(),
+                    server=self.name,
+                    max_message_bytes=cfg.max_message_bytes,
+                )
             else:
                 assert cfg.url is not None
                 http = await stack.enter_async_context(
@@ -200,11 +210,21 @@ class McpConnection:
             self.status.state = "ready"
             self.status.error = None
             log.info("MCP server %s: ready with %d tool(s)", self.name, len(self.registered))
+            listed_at = time.monotonic()
             while not self._dead.is_set():
                 if self._relist.is_set():
+                    # At most one re-list per list_changed_interval: a flood of
+                    # notifications meanwhile is one re-list, after the wait.
+                    wait = listed_at + cfg.list_changed_interval - time.monotonic()
+                    if wait > 0:
+                        with contextlib.suppress(TimeoutError):
+                            async with asyncio.timeout(wait):
+                                await self._dead.wait()
+                        continue
                     self._relist.clear()
                     async with asyncio.timeout(cfg.connect_timeout):
                         tools = await self._list(client)
+                    listed_at = time.monotonic()
                     self.manager.sync_tools(self, tools)
                     continue
                 # The SDK offers no "closed" signal: look at its dispatcher's flag,
@@ -215,7 +235,7 @@ class McpConnection:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(WATCH_INTERVAL):
                         await _first(self._dead, self._relist)
-            self.status.error = "the server's connection closed"
+            self.status.error = self._transport_error or "the server's connection closed"
             self.status.state = "failed"
 
     async def _list(self, client: Client) -> list[types.Tool]:
@@ -232,6 +252,10 @@ class McpConnection:
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):
             self._relist.set()
+        elif isinstance(message, MessageTooLarge):
+            # Logged by the transport; kept so GET /mcp-servers says why a
+            # connection it ended went down.
+            self._transport_error = str(message)
         elif isinstance(message, Exception):
             log.warning("MCP server %s: transport error: %s", self.name, message)
 

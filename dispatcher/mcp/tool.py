@@ -1,8 +1,13 @@
 """One MCP tool as a dispatcher tool: the call goes to the server through its
 connection; the result maps onto ToolOutput.
 
-- text content -> text blocks; images -> image blocks; embedded text
-  resources -> their text; other resources and audio -> a line naming them;
+- text content -> text blocks; images -> image blocks (one over 5 MiB -> a
+  line naming it); embedded text resources -> their text; other resources
+  and audio -> a line naming them; the text, all blocks together, capped at
+  the server's ``max_result_bytes`` as the shell caps its output (head and
+  tail kept around a marker), so a huge result is neither stored nor sent to
+  later model requests whole (the message itself is bounded by the
+  transport: dispatcher/mcp/stdio.py);
 - ``structuredContent`` -> ``ToolOutput.data``, which the dispatcher checks
   against the definition's ``output_schema`` (the server's ``outputSchema``
   translated into the subset, see manager.py) and publishes as
@@ -33,6 +38,7 @@ import mcp_types as types
 from mcp import MCPError
 
 from dispatcher.errors import ToolCancelled
+from dispatcher.process import OutputCapture
 from dispatcher.tool import BaseTool, ToolContext, ToolEffects, ToolOutput, summarize_input
 from protocol.canonical import ImageBlock, SideEffects, TextBlock, ToolDefinition
 
@@ -43,6 +49,9 @@ if TYPE_CHECKING:
 
 # How long a cancelled call waits for the SDK to send its cancellation.
 CANCEL_WAIT = 5.0
+# An image (base64) larger than this is replaced by a line naming it: the
+# size the HTTP API accepts for a user's image (limits.max_image_bytes).
+MAX_IMAGE_BYTES = 5 * 1024 * 1024
 
 
 class McpTool(BaseTool):
@@ -130,6 +139,12 @@ class McpTool(BaseTool):
         for block in result.content:
             if isinstance(block, types.TextContent):
                 content.append(TextBlock(text=block.text))
+            elif isinstance(block, types.ImageContent) and len(block.data) > MAX_IMAGE_BYTES:
+                content.append(
+                    TextBlock(
+                        text=f"[image of {len(block.data)} bytes left out: over {MAX_IMAGE_BYTES}]"
+                    )
+                )
             elif isinstance(block, types.ImageContent):
                 content.append(ImageBlock(media_type=block.mime_type, data=block.data))
             elif isinstance(block, types.EmbeddedResource):
@@ -156,6 +171,29 @@ class McpTool(BaseTool):
                 content.append(TextBlock(text=json.dumps(structured, ensure_ascii=False)))
         if not content:
             content.append(TextBlock(text="(no output)"))
+        content = capped(content, self._connection.name, self._connection.config.max_result_bytes)
         return ToolOutput(
             content=content, success=not result.is_error, metadata=metadata, data=data
         )
+
+
+def capped(
+    content: list[TextBlock | ImageBlock], server: str, limit: int
+) -> list[TextBlock | ImageBlock]:
+    """The result's text kept to ``limit`` bytes as the shell keeps its output:
+    the head and the tail around a ``[... N bytes omitted ...]`` marker, plus
+    a line naming the setting. What is kept is what is stored and what every
+    later model request carries."""
+    texts = [b.text for b in content if isinstance(b, TextBlock)]
+    size = sum(len(t.encode()) for t in texts)
+    if size <= limit:
+        return content
+    capture = OutputCapture(limit)
+    for n, text in enumerate(texts):
+        capture.feed((("\n" if n else "") + text).encode())
+    note = (
+        f"\n[truncated: the result had {size} bytes of text; mcp_servers.{server}.max_result_bytes "
+        f"keeps {limit}, the head and the tail]"
+    )
+    images: list[TextBlock | ImageBlock] = [b for b in content if isinstance(b, ImageBlock)]
+    return [TextBlock(text=capture.text() + note), *images]

@@ -192,6 +192,14 @@ class ConfirmationBroker:
             raise UnknownConfirmation(request_id)
         return self._settle(request_id, decision, scope, resolved_by, message, resolved_by_token)
 
+    def cancel(self, request_id: str, *, resolved_by: str = "server") -> bool:
+        """Settle one pending request as 'cancelled' (its caller went away);
+        False when it was not pending."""
+        if request_id not in self._pending:
+            return False
+        self._settle(request_id, "cancelled", "once", resolved_by, None)
+        return True
+
     def cancel_session(self, session_id: str, *, resolved_by: str = "server") -> int:
         """Settle every pending request of a session as 'cancelled'."""
         ids = [rid for rid, p in self._pending.items() if p.request.session_id == session_id]

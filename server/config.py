@@ -27,12 +27,14 @@ from pydantic_core import ErrorDetails
 
 from dispatcher.mcp.config import McpServerConfig, check_server_name
 from dispatcher.pipeline.budget import LimitsConfig
+from dispatcher.pipeline.globs import check_globs
 from dispatcher.pipeline.guardrails import GuardrailConfig
 from dispatcher.pipeline.hooks import HooksConfig
 from dispatcher.pipeline.profiles import ProfileConfig, check_profile_names
 from dispatcher.policy import PolicyConfig
 from protocol.validation_errors import describe_errors, dotted_location, plain_message
 from server.agents import AgentConfig, check_agents
+from server.mcp_guard import check_hosts
 from server.origins import check_origins
 
 DEFAULT_HOST = "127.0.0.1"
@@ -78,6 +80,12 @@ class ServerSection(_Section):
     allowed_origins: list[str] = Field(default_factory=list)
 
     _origins_valid = field_validator("allowed_origins")(check_origins)
+    # Host names (``name`` or ``name:port``) besides loopback and ``host``
+    # under which clients reach the MCP endpoint (a proxy's or a container's
+    # public name); other Hosts are refused (DNS rebinding, server/mcp_guard.py).
+    allowed_hosts: list[str] = Field(default_factory=list)
+
+    _hosts_valid = field_validator("allowed_hosts")(check_hosts)
 
 
 def _absolute_paths(paths: list[str]) -> list[str]:
@@ -149,6 +157,12 @@ class ShellSection(_Section):
             "~/.git-credentials",
         ]
     )
+    # Workspace globs (the dialect of guardrails.protected_files) whose
+    # content no sandboxed process may read: each match is covered (a file
+    # by /dev/null, a folder by an empty read-only tmpfs) in every sandbox.
+    sandbox_hide_files: list[str] = Field(default_factory=list)
+
+    _hide_files = field_validator("sandbox_hide_files")(check_globs)
 
     @field_validator("sandbox", mode="before")
     @classmethod

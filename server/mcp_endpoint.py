@@ -39,6 +39,7 @@ import mcp_types as types
 from mcp import MCPError
 from mcp.server.lowlevel.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
@@ -46,6 +47,13 @@ from starlette.types import Receive, Scope, Send
 from dispatcher.tool import ToolOutput
 from protocol.canonical import ImageBlock, TextBlock, ToolResultBlock, ToolUseBlock
 from server.errors import ApiError, error_body
+from server.mcp_guard import (
+    RebindingGuard,
+    client_left,
+    refused,
+    transport_identity,
+    watch_disconnect,
+)
 from server.middleware import principal_of
 from server.schemas import InputLimitExceeded, check_json_limits
 
@@ -57,6 +65,9 @@ log = logging.getLogger("toolrelay.mcp")
 PATH = "/sessions/{session_id}/mcp"
 # Seconds between progress notifications while a call waits or runs.
 PROGRESS_INTERVAL = 1.0
+# How long a call whose client left may take to end by itself once its
+# confirmation was cancelled, before its task is cancelled.
+ABANDON_GRACE = 2.0
 
 
 class McpEndpoint:
@@ -74,6 +85,12 @@ class McpEndpoint:
             on_call_tool=self._call_tool,
         )
         self.manager: StreamableHTTPSessionManager | None = None
+        # Calls whose client left, while they end (see _abandon).
+        self._abandoned: set[asyncio.Task[None]] = set()
+        server_cfg = runtime.config.server
+        self.guard = RebindingGuard.of(
+            server_cfg.host, server_cfg.allowed_hosts, server_cfg.allowed_origins
+        )
 
     @contextlib.asynccontextmanager
     async def run(self) -> AsyncIterator[None]:
@@ -95,6 +112,16 @@ class McpEndpoint:
             )
             await response(scope, receive, send)
             return
+        why = self.guard.refusal(Headers(scope=scope))
+        if why is not None:
+            await refused(why)(scope, receive, send)
+            return
+        # The SDK binds each transport session to this identity and answers
+        # 404 to any request (POST, GET, DELETE) for it that comes with another.
+        session_id = str(scope.get("path_params", {}).get("session_id", ""))
+        scope["user"] = transport_identity(principal_of(scope).token_name, session_id)
+        if scope.get("method") == "POST":
+            receive = watch_disconnect(scope, receive)
         await manager.handle_request(scope, receive, send)
 
     # -- handlers ---------------------------------------------------------
@@ -133,6 +160,9 @@ class McpEndpoint:
             ]
         )
 
+    def _tool_names(self, dispatch_session: Any) -> set[str]:
+        return {d.name for d in self.runtime.dispatcher.definitions_for(dispatch_session)}
+
     async def _call_tool(
         self, ctx: Any, params: types.CallToolRequestParams
     ) -> types.CallToolResult:
@@ -141,59 +171,119 @@ class McpEndpoint:
             self.runtime.turns.check_storage()
         except ApiError as exc:
             raise MCPError(code=types.INTERNAL_ERROR, message=exc.message) from None
+        if params.name not in self._tool_names(dispatch_session):
+            # A protocol error, not a tool result (the MCP spec's -32602).
+            raise MCPError(
+                code=types.INVALID_PARAMS,
+                message=f"Unknown tool: {params.name!r} is not a tool of session {record.id}",
+            )
         arguments = dict(params.arguments or {})
         try:
             # The limits of tool input over HTTP (server/schemas.py): an input
             # over one is refused before the dispatcher or its events see it.
             check_json_limits(arguments, "arguments")
         except InputLimitExceeded as exc:
-            return types.CallToolResult(
-                content=[
-                    types.TextContent(
-                        type="text",
-                        text=f"Invalid input for tool {params.name!r}: {exc}. "
-                        "The tool did not run.",
-                    )
-                ],
-                is_error=True,
+            return _error_result(
+                f"Invalid input for tool {params.name!r}: {exc}. The tool did not run."
             )
         token = secrets.token_hex(8)
         block = ToolUseBlock(id=f"mcp_{token}", name=params.name, input=arguments)
         turn_id = f"mcp_{token}"
-        dispatcher = self.runtime.dispatcher
         outputs: list[ToolOutput] = []
         call = asyncio.ensure_future(
-            dispatcher.dispatch(block, dispatch_session, turn_id=turn_id, on_output=outputs.append)
+            self.runtime.dispatcher.dispatch(
+                block, dispatch_session, turn_id=turn_id, on_output=outputs.append
+            )
         )
+        request = ctx.request
+        left = client_left(request.scope) if isinstance(request, Request) else None
         try:
-            step = 0
-            while not call.done():
-                await asyncio.wait({call}, timeout=self.progress_interval)
-                if call.done():
-                    break
-                step += 1
-                pending = [
-                    r for r in dispatcher.broker.pending(record.id) if r.tool_use_id == block.id
-                ]
-                if pending:
-                    r = pending[0]
-                    message = (
-                        f"waiting for confirmation {r.request_id}: answer with POST "
-                        f"/sessions/{record.id}/turns/{turn_id}/confirmations/{r.request_id}"
-                    )
-                else:
-                    message = f"{params.name} is running"
-                await ctx.session.report_progress(step, None, message)
-            result = call.result()
+            await self._follow(ctx, call, left, record.id, block, turn_id)
         except BaseException:
-            # The MCP client cancelled (or the connection went): the call ends
-            # as cancelled on our side too, with its events.
-            call.cancel()
-            with contextlib.suppress(BaseException):
-                await asyncio.wait({call}, timeout=10)
+            # The MCP client cancelled, or its transport session ended.
+            self._abandon(call, record.id, block.id)
             raise
+        if not call.done():
+            # Its client disconnected: nothing may run for nobody.
+            self._abandon(call, record.id, block.id)
+            return _error_result(f"{params.name}: the MCP client went away; the call was cancelled")
+        result = call.result()
         structured = outputs[0].data if outputs and not result.is_error else None
         return _to_mcp(result, structured)
+
+    async def _follow(
+        self,
+        ctx: Any,
+        call: asyncio.Future[ToolResultBlock],
+        left: asyncio.Event | None,
+        session_id: str,
+        block: ToolUseBlock,
+        turn_id: str,
+    ) -> None:
+        """Wait for the call, reporting progress, until it ends or its client leaves."""
+        watched: set[asyncio.Future[Any]] = {call}
+        gone = asyncio.ensure_future(left.wait()) if left is not None else None
+        if gone is not None:
+            watched.add(gone)
+        try:
+            step = 0
+            while True:
+                await asyncio.wait(
+                    watched, timeout=self.progress_interval, return_when=asyncio.FIRST_COMPLETED
+                )
+                if call.done() or (left is not None and left.is_set()):
+                    return
+                step += 1
+                message = self._progress_message(session_id, block, turn_id)
+                await ctx.session.report_progress(step, None, message)
+        finally:
+            if gone is not None:
+                gone.cancel()
+
+    def _abandon(
+        self, call: asyncio.Future[ToolResultBlock], session_id: str, tool_use_id: str
+    ) -> None:
+        """End a call whose client left. A pending confirmation is settled as
+        ``cancelled`` (the call publishes ``tool.confirmation_resolved`` and
+        ends ``cancelled``; a late answer gets 409); a call past its
+        confirmation is cancelled at once. The waiting happens in a task of
+        its own: the handler calling this may be being cancelled itself."""
+        broker = self.runtime.dispatcher.broker
+        settled = [
+            broker.cancel(r.request_id)
+            for r in broker.pending(session_id)
+            if r.tool_use_id == tool_use_id
+        ]
+        grace = ABANDON_GRACE if any(settled) else 0.0
+        task = asyncio.ensure_future(_end(call, grace))
+        self._abandoned.add(task)
+        task.add_done_callback(self._abandoned.discard)
+
+    def _progress_message(self, session_id: str, block: ToolUseBlock, turn_id: str) -> str:
+        broker = self.runtime.dispatcher.broker
+        pending = [r for r in broker.pending(session_id) if r.tool_use_id == block.id]
+        if not pending:
+            return f"{block.name} is running"
+        r = pending[0]
+        return (
+            f"waiting for confirmation {r.request_id}: answer with POST "
+            f"/sessions/{session_id}/turns/{turn_id}/confirmations/{r.request_id}"
+        )
+
+
+async def _end(call: asyncio.Future[ToolResultBlock], grace: float) -> None:
+    """Let a call whose confirmation was cancelled end by itself (``grace``
+    seconds), then cancel whatever is left of it."""
+    if grace > 0:
+        await asyncio.wait({call}, timeout=grace)
+    if not call.done():
+        call.cancel()
+        with contextlib.suppress(BaseException):
+            await asyncio.wait({call}, timeout=10)
+
+
+def _error_result(text: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
 
 
 def _to_mcp(result: ToolResultBlock, structured: Any = None) -> types.CallToolResult:

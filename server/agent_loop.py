@@ -15,9 +15,10 @@ One turn is a bounded, linear loop:
    model calls per turn, after which the turn fails with reason ``step_limit``.
 
 The execution pipeline's part of a turn (server/turn_pipeline.py,
-specs/pipeline.md "The server's part"): before each model call the session's
-token budget is checked (``limits.max_tokens``: at 100 % the turn fails with
-``budget_exhausted``), older tool results are elided from what is sent when
+specs/pipeline.md "The server's part"): before each model call the budget of
+the session's tree (the session, or a worker's parent, with its workers:
+server/tree_budget.py) is reserved from (``limits.max_tokens``: at 100 % the
+turn fails with ``budget_exhausted``), older tool results are elided from what is sent when
 the conversation outgrows ``limits.context_tokens`` (``context_compress``
 hooks), and ``pre_llm_call`` hooks run (exit 2 fails the turn with
 ``blocked_by_hook``); after it ``post_llm_call`` hooks run and the usage is
@@ -66,7 +67,7 @@ from adapters.errors import (
     RequestNotConvertible,
 )
 from adapters.registry import create_adapter, default_model, parse_model
-from dispatcher.pipeline.budget import LimitsConfig
+from dispatcher.pipeline.budget import TOKENS, LimitsConfig, Settled
 from dispatcher.pipeline.gates import failed_required, gate_report
 from dispatcher.pipeline.hooks import HookEvent
 from protocol.canonical import Message, TextBlock, ToolResultBlock, ToolUseBlock
@@ -76,6 +77,7 @@ from server.agents import UnknownAgent, prompt_memories, resolve_agent
 from server.config import Config
 from server.schemas import InputLimitExceeded, check_json_limits
 from server.store import SessionRecord, Store, TurnFailureReason
+from server.tree_budget import TreeBudgets, TurnBudget
 from server.turns import TurnContext, TurnFailure, TurnOutcome, answer_unanswered
 
 if TYPE_CHECKING:
@@ -135,7 +137,11 @@ class AgentLoop:
         env: Mapping[str, str] | None = None,
         adapter_factory: AdapterFactory | None = None,
         memories: MemoryStore | None = None,
+        budgets: TreeBudgets | None = None,
     ) -> None:
+        # Every turn's model calls draw from its tree's budget (shared with
+        # the sub-agent service, which admits workers against it).
+        self.budgets = budgets or TreeBudgets(config.limits, lambda: store)
         # Agents (specs/agents.md): each session's prompt and step limit.
         self._agents = config.agents
         self._configured_prompt = config.model.system_prompt
@@ -223,19 +229,19 @@ class AgentLoop:
             return _model_failure(ctx, error, model=model, step=0)
         conversation = self._conversations.load(ctx.session_id)
         system, max_steps = await self._agent_setup(session)
-        turn = _Turn(
-            ctx,
-            adapter,
-            model=model,
-            system=system,
-            settings=self._settings,
-            max_steps=max_steps,
-            store=self._store,
-            limits=self._limits,
-            tokens_used=session.tokens_used,
-        )
         try:
-            return await turn.run(conversation)
+            with self.budgets.turn(session) as budget:
+                turn = _Turn(
+                    ctx,
+                    adapter,
+                    model=model,
+                    system=system,
+                    settings=self._settings,
+                    max_steps=max_steps,
+                    budget=budget,
+                    limits=self._limits,
+                )
+                return await turn.run(conversation)
         finally:
             await _close(adapter)
 
@@ -283,9 +289,8 @@ class _Turn:
         system: str,
         settings: ModelSettings,
         max_steps: int,
-        store: Store | None = None,
+        budget: TurnBudget,
         limits: LimitsConfig | None = None,
-        tokens_used: int = 0,
     ) -> None:
         self.ctx = ctx
         self.adapter = adapter
@@ -297,10 +302,10 @@ class _Turn:
         self.output_tokens = 0
         self.steps = 0
         self.results: list[ToolResultBlock] = []
-        self.store = store
         self.limits = limits or LimitsConfig()
-        # The session's running total (persisted on the session by the store).
-        self.tokens_used = tokens_used
+        # The tree's budget: reserved before each model call, settled after.
+        self.budget = budget
+        self.settled: Settled | None = None
         # Elided results at the last model call: context_compress fires when it changes.
         self.elided = 0
         # A failing required gate goes back to the model at most once per turn.
@@ -314,9 +319,8 @@ class _Turn:
         while self.steps < self.max_steps:
             if ctx.cancel_requested.is_set():
                 return self.outcome()
-            max_tokens = self.limits.max_tokens
-            if max_tokens is not None and self.tokens_used >= max_tokens:
-                return self._budget_exhausted(max_tokens)
+            if self.budget.exhausted():
+                return self._budget_exhausted()
             self.steps += 1
             # Read per model call: the list may change mid-turn (MCP list_changed).
             tools = ctx.dispatcher.definitions_for(ctx.dispatch_session)
@@ -327,10 +331,17 @@ class _Turn:
             blocked = await self._pre_llm_call()
             if blocked is not None:
                 return blocked
+            grant = await self.budget.reserve(request, ctx.cancel_requested)
+            if grant is None:  # the tree's budget is used up, or the turn was cancelled
+                return self.outcome() if ctx.cancel_requested.is_set() else self._budget_exhausted()
             try:
                 completed = await self._call_model(request)
+                if completed is not None:
+                    self.settled = self.budget.settle(grant, completed.usage)
             except AdapterError as error:
                 return _model_failure(ctx, error, model=self.model, step=self.steps, turn=self)
+            finally:
+                self.budget.release(grant)  # no usage reported (once settled: no-op)
             if completed is None:  # cancelled while the model was streaming
                 return self.outcome()
             self._add_usage(completed.usage)
@@ -423,33 +434,32 @@ class _Turn:
                 "usage": {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens},
             },
         )
-        before = self.tokens_used
-        spent = usage.input_tokens + usage.output_tokens
-        if self.store is not None:
-            self.tokens_used = self.store.add_session_tokens(ctx.session_id, spent)
-        else:
-            self.tokens_used += spent
-        step = turn_pipeline.budget_step(
-            before, self.tokens_used, self.limits.max_tokens, self.limits.warning_at()
-        )
-        if step.crossed_warning:
+        # The tree's total crossed the warning ratio with this call (once per
+        # tree: the call of whichever session, parent or worker, carried it).
+        settled, warn_at = self.settled, self.limits.warning_at()
+        if settled is not None and settled.crossed(TOKENS, warn_at):
+            used = settled.after[TOKENS]
             log.info(
-                "session %s used %d of %s tokens", ctx.session_id, step.used, self.limits.max_tokens
+                "session %s used %d of %s tokens", ctx.session_id, used, self.limits.max_tokens
             )
             await turn_pipeline.run_hooks(
                 ctx.dispatch_session,
                 HookEvent.BUDGET_WARNING,
                 turn_id=ctx.turn_id,
                 extra={
-                    "tokens_used": step.used,
+                    "tokens_used": used,
                     "max_tokens": self.limits.max_tokens,
                     "warning_ratio": self.limits.warning_ratio,
+                    "budget_session_id": self.budget.root_id,
                 },
             )
 
-    def _budget_exhausted(self, max_tokens: int) -> TurnOutcome:
-        message = turn_pipeline.budget_message(self.tokens_used, max_tokens)
-        details = {**self.details(), "tokens_used": self.tokens_used, "max_tokens": max_tokens}
+    def _budget_exhausted(self) -> TurnOutcome:
+        used, max_tokens = self.budget.used, self.limits.max_tokens
+        message = self.budget.exhausted_message(turn_pipeline.budget_message(used, max_tokens or 0))
+        details = {**self.details(), "tokens_used": used, "max_tokens": max_tokens}
+        if self.budget.shared:
+            details["budget_session_id"] = self.budget.root_id
         return _failed(TurnFailureReason.BUDGET_EXHAUSTED, message, details, turn=self)
 
     async def _quality_gates(self) -> str | None:
@@ -726,4 +736,9 @@ async def _close(adapter: ModelAdapter) -> None:
 def agent_loop_factory(services: Services) -> AgentLoop:
     """The ``message_runner_factory`` of ``create_app``: the agent loop on the
     server's configuration and store."""
-    return AgentLoop(services.config, services.store, memories=services.memory_store)
+    return AgentLoop(
+        services.config,
+        services.store,
+        memories=services.memory_store,
+        budgets=services.budgets,
+    )

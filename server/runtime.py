@@ -47,6 +47,7 @@ from server.session_registry import SessionRegistry
 from server.store import Store
 from server.subagents import SubagentService
 from server.tool_wiring import register_tools
+from server.tree_budget import TreeBudgets
 from server.turn_supervisor import TurnSupervisor
 from server.turns import TurnRunner
 
@@ -76,6 +77,8 @@ class Services:
         self.tokens = tokens
         self.data_dir: Path = config.data_dir
         self.presence = Presence()
+        # The budgets of session trees: the agent loop and the sub-agent service share them.
+        self.budgets = TreeBudgets(config.limits, lambda: self.store)
         # Metrics, traces and tool-call log lines: one bus subscriber (server.observer).
         self.observer = Observer(self)
         self.plugin_errors: list[PluginLoadError] = []
@@ -186,7 +189,11 @@ class Services:
             publisher=self._bus,
             # dispatch_subagent's worker sessions (server/subagents.py).
             subagent_runner=SubagentService(
-                cfg, store=lambda: self.store, bus=lambda: self.bus, turns=lambda: self.turns
+                cfg,
+                store=lambda: self.store,
+                bus=lambda: self.bus,
+                turns=lambda: self.turns,
+                budgets=self.budgets,
             ),
             get_session=self._store.get_session,
         )

@@ -22,6 +22,14 @@ delegation it:
    files it read, its steps and token usage, and adds that usage to the
    parent turn's (``TurnContext.add_subagent_usage``).
 
+**Budget.** A worker spends its parent's budget (server/tree_budget.py):
+it is admitted (step 2) only while the parent's tree is under
+``limits.max_tokens``, else the call ends ``permission_denied`` and no
+session is created; each of its model calls reserves from the tree's
+ledger, so a worker is stopped before the model call that the tree can no
+longer afford (its turn fails ``budget_exhausted`` and the report says
+why); its tokens reach the parent session's ``tokens_used`` call by call.
+
 **Events on the parent's stream.** The child's events are published on the
 child's own stream as usual; a ``Mirror`` subscribes to that stream (from
 its first event) and re-publishes each one on the parent's stream: the same
@@ -56,6 +64,7 @@ from server.config import Config
 from server.errors import ApiError
 from server.session_registry import publish_session_created
 from server.store import SessionRecord, Store, TurnRecord, TurnStatus
+from server.tree_budget import TreeBudgets
 from server.turn_supervisor import new_id
 
 if TYPE_CHECKING:
@@ -167,15 +176,17 @@ class SubagentService:
         store: Callable[[], Store],
         bus: Callable[[], EventBus],
         turns: Callable[[], TurnSupervisor],
+        budgets: TreeBudgets | None = None,
     ) -> None:
         self.config = config
         self._store = store
         self._bus = bus
         self._turns = turns
+        # The same ledgers the agent loop's turns reserve from (server/runtime.py).
+        self._budgets = budgets or TreeBudgets(config.limits, store)
 
     async def run(self, request: SubagentRequest, cancel: asyncio.Event) -> SubagentReport:
-        store, bus = self._store(), self._bus()
-        parent = store.get_session(request.parent_session_id)
+        parent = self._store().get_session(request.parent_session_id)
         if parent is None:
             raise ToolExecutionError("the calling session no longer exists")
         if parent.parent_session_id is not None:
@@ -206,8 +217,23 @@ class SubagentService:
             # must plan too, or a delegated shell/write call would run for real.
             dry_run=parent.dry_run or self._turn_is_dry_run(request),
         )
+        # Child start: refused (permission_denied, nothing created) over budget.
+        leave = self._budgets.admit_worker(parent)
+        try:
+            return await self._mirrored(request, parent, child, agent_type, cancel)
+        finally:
+            leave()  # child stop
+
+    async def _mirrored(
+        self,
+        request: SubagentRequest,
+        parent: SessionRecord,
+        child: SessionRecord,
+        agent_type: str,
+        cancel: asyncio.Event,
+    ) -> SubagentReport:
         mirror = Mirror(
-            bus,
+            self._bus(),
             child_id=child.id,
             parent_id=parent.id,
             parent_turn_id=request.parent_turn_id,
@@ -277,12 +303,8 @@ class SubagentService:
         return True if stored is None else stored.dry_run
 
     def _roll_up(self, request: SubagentRequest, usage: dict[str, int]) -> None:
-        """Add the child's tokens to the parent's session budget (``limits.
-        max_tokens``: a sub-agent is no way around it) and to the parent
-        turn's usage, if it still runs."""
-        spent = usage.get("input_tokens", 0) + usage.get("output_tokens", 0)
-        with contextlib.suppress(ApiError):  # a storage fault: the turn's usage still counts
-            self._store().add_session_tokens(request.parent_session_id, spent)
+        """Add the child's tokens to the parent turn's usage, if it still runs
+        (the parent session's ``tokens_used`` got them call by call)."""
         active = self._turns().active(request.parent_session_id)
         if active is None or active.id != request.parent_turn_id or active.context is None:
             return

@@ -48,6 +48,7 @@ class Effect(Enum):
     HELPERS = "helpers"  # it runs fixed helper programs (decompressors, pr, ls)
     FOLLOWS = "follows"  # it follows symbolic links out of the tree
     SYSTEM = "system"  # it changes the machine (clock, host name, other processes)
+    DELETES = "deletes"  # it deletes files (find -delete)
     WRITES_OPERANDS = "writes_operands"  # with it, the operands are rewritten (--fix, -w)
     KEEPS_OPERANDS = "keeps_operands"  # with it, a formatter only checks (--check, --diff)
 

@@ -217,7 +217,7 @@ SAFE_SPECS: dict[str, Spec] = {
     ),
     # -- util-linux, procps, binutils, file, hostname, debianutils ---------
     "hexdump": _spec(
-        "bcCde:f:L::n:os:vxX",
+        "bcCde:f:L::n:os:vxXhV",
         "one-byte-octal one-byte-hex one-byte-char canonical two-bytes-decimal "
         "two-bytes-octal two-bytes-hex color:: format= format-file= length= skip= "
         "no-squeezing",
@@ -231,7 +231,7 @@ SAFE_SPECS: dict[str, Spec] = {
         "keep-empty-lines json tree= tree-id= tree-parent= output-width= "
         "output-separator= separator= fillrows",
     ),
-    "rev": _spec("0", "zero"),
+    "rev": _spec("0hV", "zero"),
     "locale": _spec("acmkvV", "all-locales charmaps category-name keyword-name verbose usage"),
     "uptime": _spec("chpsrV", "container pretty since raw"),
     "free": _spec(
@@ -281,7 +281,8 @@ SAFE_SPECS: dict[str, Spec] = {
         "max-count= max-depth= max-filesize= mmap multiline multiline-dotall no-config "
         "no-filename no-heading no-ignore no-ignore-dot no-ignore-exclude no-ignore-files "
         "no-ignore-global no-ignore-messages no-ignore-parent no-ignore-vcs "
-        "no-line-number no-messages no-mmap no-pcre2-unicode no-require-git no-unicode "
+        "no-line-number no-messages no-mmap no-pcre2-unicode pcre2-unicode no-require-git "
+        "no-unicode "
         "null null-data one-file-system only-matching passthru passthrough "
         "path-separator= pcre2 pcre2-version pre= pre-glob= pretty quiet "
         "regex-size-limit= regexp= replace= search-zip smart-case sort= sortr= "
@@ -405,7 +406,7 @@ SAFE_SPECS: dict[str, Spec] = {
     ":": _LITERAL,
     "test": _LITERAL,
     "[": _LITERAL,
-    "pwd": Spec("LP", (), permute=False, abbreviations=False),
+    "pwd": _spec("LP", "logical physical", permute=False),
     "type": Spec("afptP", (), permute=False, abbreviations=False),
 }
 
@@ -503,7 +504,7 @@ FIND = FindSpec(
     effects={
         **_fx(W, "-fprint", "-fprint0", "-fprintf", "-fls"),
         **_fx(RUN, "-exec", "-execdir", "-ok", "-okdir"),
-        **_fx(SYS, "-delete"),
+        **_fx(Effect.DELETES, "-delete"),
         **_fx(F, "-L", "-H", "-follow"),
         **_fx(R, "-files0-from", "-newer", "-anewer", "-cnewer", "-samefile"),
     },

@@ -916,8 +916,8 @@ def option_effects(prog: str, texts: list[str], where: Where | None = None) -> O
       version with fewer options would read it as one of them);
     - a write (option value or operand): dev, dangerous outside the
       workspace; a folder for temporary files likewise;
-    - running a program the arguments choose, changing the machine:
-      dangerous; running fixed helpers, following links: dev;
+    - running a program the arguments choose, deleting, changing the
+      machine: dangerous; running fixed helpers, following links: dev;
     - a file read by an option's value, outside the workspace: dangerous.
     """
     found = OptionEffects()
@@ -960,7 +960,7 @@ _FIND_AS_SPEC = Spec(effects=programs.FIND.effects)
 
 def _apply(found: OptionEffects, effect: Effect, value: str | None, where: Where | None) -> None:
     dev, dangerous = CallRating.DEV, CallRating.DANGEROUS
-    if effect in (Effect.RUNS, Effect.SYSTEM):
+    if effect in (Effect.RUNS, Effect.SYSTEM, Effect.DELETES):
         found.lift(dangerous)
     elif effect in (Effect.HELPERS, Effect.FOLLOWS):
         found.lift(dev)

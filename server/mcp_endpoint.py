@@ -37,7 +37,8 @@ from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
 from mcp import MCPError
-from mcp.server.lowlevel.server import Server
+from mcp.server.lowlevel.server import NotificationOptions, Server
+from mcp.server.models import InitializationOptions
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.datastructures import Headers
 from starlette.requests import Request
@@ -54,6 +55,7 @@ from server.mcp_guard import (
     transport_identity,
     watch_disconnect,
 )
+from server.mcp_notify import ListChangedNotifier
 from server.middleware import principal_of
 from server.schemas import InputLimitExceeded, check_json_limits
 
@@ -76,7 +78,7 @@ class McpEndpoint:
     def __init__(self, runtime: Services, *, progress_interval: float = PROGRESS_INTERVAL) -> None:
         self.runtime = runtime
         self.progress_interval = progress_interval
-        self.server: Server[Any] = Server(
+        self.server: Server[Any] = _Server(
             "toolrelay",
             version="0.1.0",
             instructions="toolrelay session tools: every call is validated, gated by the "
@@ -87,6 +89,7 @@ class McpEndpoint:
         self.manager: StreamableHTTPSessionManager | None = None
         # Calls whose client left, while they end (see _abandon).
         self._abandoned: set[asyncio.Task[None]] = set()
+        self.notifier = ListChangedNotifier()
         server_cfg = runtime.config.server
         self.guard = RebindingGuard.of(
             server_cfg.host, server_cfg.allowed_hosts, server_cfg.allowed_origins
@@ -97,12 +100,17 @@ class McpEndpoint:
         # A session manager runs once; a new one per lifespan lets an app be
         # started again (tests do).
         manager = StreamableHTTPSessionManager(self.server, session_idle_timeout=3600)
+        mcp = self.runtime.mcp
+        stop_listening = mcp.add_listener(self.notifier.tools_changed) if mcp else None
         async with manager.run():
             self.manager = manager
             try:
                 yield
             finally:
                 self.manager = None
+                if stop_listening is not None:
+                    stop_listening()
+                await self.notifier.close()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         manager = self.manager
@@ -141,6 +149,8 @@ class McpEndpoint:
 
     async def _list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
         _, dispatch_session = self._session(ctx)
+        # It listed them: tell it when they change.
+        self.notifier.watch(ctx.request.headers.get("mcp-session-id"), ctx.session)
         definitions = self.runtime.dispatcher.definitions_for(dispatch_session)
         return types.ListToolsResult(
             tools=[
@@ -284,6 +294,23 @@ async def _end(call: asyncio.Future[ToolResultBlock], grace: float) -> None:
 
 def _error_result(text: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
+
+
+class _Server(Server[Any]):
+    """The SDK's low-level server, announcing ``tools.listChanged``: the
+    endpoint sends ``notifications/tools/list_changed`` (server/mcp_notify.py)."""
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(tools_changed=True),
+            experimental_capabilities,
+            extensions,
+        )
 
 
 def _to_mcp(result: ToolResultBlock, structured: Any = None) -> types.CallToolResult:

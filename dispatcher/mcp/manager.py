@@ -319,6 +319,7 @@ class McpManager:
         self.dispatcher = dispatcher
         self.sandbox_config = sandbox_config
         self.on_tools_changed = on_tools_changed
+        self.listeners: list[ToolsChanged] = []
         # Restarts never run out (attempts only bounds Backoff.delays, unused
         # here); no jitter, so next_retry_s reports the wait exactly.
         self.backoff = Backoff(initial=backoff_base, max_delay=backoff_max, jitter=0.0)
@@ -344,6 +345,16 @@ class McpManager:
 
     async def stop(self) -> None:
         await asyncio.gather(*(c.stop() for c in self.connections.values()))
+
+    def add_listener(self, listener: ToolsChanged) -> Callable[[], None]:
+        """Also tell ``listener`` of every change (the MCP endpoint does, to
+        send ``notifications/tools/list_changed``); returns its remover."""
+        self.listeners.append(listener)
+        return lambda: self.listeners.remove(listener)
+
+    def _listeners(self) -> list[ToolsChanged]:
+        first = [self.on_tools_changed] if self.on_tools_changed is not None else []
+        return first + list(self.listeners)
 
     def states(self) -> list[dict[str, Any]]:
         return [c.status.to_json() for c in self.connections.values()]
@@ -390,8 +401,9 @@ class McpManager:
         conn.status.output_schemas_dropped = [
             conn.dropped_outputs[n] for n in sorted(conn.dropped_outputs)
         ]
-        if (added or removed) and self.on_tools_changed is not None:
-            self.on_tools_changed(sorted(added), sorted(removed), f"mcp:{conn.name}")
+        if added or removed:
+            for listener in self._listeners():
+                listener(sorted(added), sorted(removed), f"mcp:{conn.name}")
         del cfg
 
     def _register(self, conn: McpConnection, name: str, tool: types.Tool) -> None:

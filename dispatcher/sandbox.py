@@ -35,9 +35,17 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
+
+from dispatcher.sandbox_files import (
+    MAX_SCAN_ENTRIES,
+    NO_FILES,
+    TooManyMatches,
+    WorkspaceGlobs,
+    WorkspaceMatcher,
+)
 
 log = logging.getLogger("toolrelay.sandbox")
 
@@ -65,19 +73,39 @@ class SandboxUnavailable(Exception):
 @dataclass(frozen=True, slots=True)
 class SandboxConfig:
     """Server-wide facts every session's sandbox shares: the ``bwrap`` binary
-    (already probed) and the absolute, resolved paths that must stay invisible."""
+    (already probed), the absolute, resolved paths that must stay invisible,
+    and the workspace globs mounted read-only or hidden in every workspace
+    (``files``: the admin's ``guardrails.protected_files`` and
+    ``workspaces.shell.sandbox_hide_files``). Every ``Sandbox`` is built from
+    one, so every process of the server gets the same protection."""
 
     bwrap: str
     hidden: tuple[str, ...] = ()
+    files: WorkspaceGlobs = NO_FILES
+
+
+@dataclass(frozen=True, slots=True)
+class Isolation:
+    """What a ``user`` token's sandbox hides besides the server's secrets:
+    ``roots`` (other tokens' allowed roots, real paths, fixed for the
+    session) and ``live_workspaces`` (read at each spawn: every session's
+    workspace). Paths that are or lie inside this workspace stay visible."""
+
+    roots: tuple[str, ...] = ()
+    live_workspaces: Callable[[], Iterable[str]] | None = None
 
 
 class Sandbox:
     """One workspace's sandbox: turns an argv into the argv that runs it inside."""
 
-    def __init__(self, config: SandboxConfig, workspace_root: str) -> None:
+    def __init__(
+        self, config: SandboxConfig, workspace_root: str, *, isolation: Isolation | None = None
+    ) -> None:
         self.config = config
         self.workspace_root = os.path.realpath(workspace_root)
         self._masks = tuple(_mask_arguments(config.hidden, self.workspace_root))
+        self._files = WorkspaceMatcher(config.files)
+        self._isolation = isolation
 
     def command(
         self,
@@ -135,12 +163,99 @@ class Sandbox:
         # Masks after the re-exposed paths: a folder made visible again must
         # never uncover a hidden path inside it.
         args += self._masks
+        args += self._isolation_masks()
         args += ["--bind" if writable_workspace else "--ro-bind", ws, ws]
         for path in extra_writable:
             real = os.path.realpath(path)
             args += ["--bind", real, real]
-        args += ["--chdir", cwd or ws, "--", *argv]
+        # After the workspace bind, which they narrow.
+        binds, identities = self._file_binds(writable_workspace)
+        args += binds
+        args += ["--chdir", cwd or ws, "--", *_verified(identities, argv)]
         return args
+
+    def _isolation_masks(self) -> list[str]:
+        """An empty tmpfs over each other user's root and each other session's
+        workspace (a user token's sessions only). One that contains this
+        workspace is covered too: the workspace bind comes after it."""
+        iso = self._isolation
+        if iso is None:
+            return []
+        ws = self.workspace_root
+        ws_prefix = ws.rstrip(os.sep) + os.sep
+        live = iso.live_workspaces() if iso.live_workspaces is not None else ()
+        args: list[str] = []
+        seen: set[str] = set()
+        for path in (*iso.roots, *live):
+            if path in seen or path == ws or path.startswith(ws_prefix) or path == os.sep:
+                continue
+            seen.add(path)
+            if os.path.isdir(path):
+                args += ["--tmpfs", path]
+        return args
+
+    def _file_binds(self, writable_workspace: bool) -> tuple[list[str], list[tuple[str, int, int]]]:
+        """Mounts for the protected and hidden workspace globs (see
+        dispatcher/sandbox_files.py), and the identities to verify inside."""
+        if not self._files:
+            return [], []
+        try:
+            found = self._files.expand(self.workspace_root)
+        except TooManyMatches as exc:
+            raise SandboxUnavailable(str(exc)) from None
+        if found.truncated:
+            log.warning(
+                "sandbox: the workspace %s has more than %d entries; protected and hidden "
+                "file patterns were matched against the first ones only",
+                self.workspace_root,
+                MAX_SCAN_ENTRIES,
+            )
+        args: list[str] = []
+        identities = list(found.identities)
+        if writable_workspace:
+            # Pins first: a folder that is a mount point cannot be renamed away.
+            for path in found.pinned:
+                args += ["--bind", path, path]
+            for path in found.read_only:
+                args += ["--ro-bind", path, path]
+        else:
+            # Read-only already; the sources below are trusted (/dev/null, tmpfs).
+            identities = []
+        for path in found.hidden_files:
+            args += ["--ro-bind", "/dev/null", path]
+        for path in found.hidden_dirs:
+            args += ["--tmpfs", path, "--remount-ro", path]
+        return args, identities
+
+
+# Runs before the command, inside the sandbox: the mounts bubblewrap made
+# from workspace paths must be the files Python looked at (same device and
+# inode), else a name was swapped for a link meanwhile and the mount may
+# show something else: nothing runs. The paths are positional arguments
+# (never spliced into the script); ``eval`` only sees "${N}" references.
+_VERIFY = r"""want=$1; n=$2; shift 2
+refs=; i=1
+while [ "$i" -le "$n" ]; do refs="$refs \"\${$i}\""; i=$((i+1)); done
+got=$(eval "%s -L -c %%d:%%i -- $refs" 2>/dev/null) || got=
+shift "$n"
+if [ "$(echo $got)" != "$want" ]; then
+  echo "toolrelay sandbox: a protected path changed while the sandbox started; nothing ran" >&2
+  exit 126
+fi
+exec "$@"
+"""
+STAT = shutil.which("stat") or "/usr/bin/stat"
+SH = "/bin/sh"
+
+
+def _verified(identities: Sequence[tuple[str, int, int]], argv: Sequence[str]) -> list[str]:
+    """``argv``, preceded by the in-sandbox check of ``identities`` when any."""
+    if not identities:
+        return list(argv)
+    want = " ".join(f"{dev}:{ino}" for _, dev, ino in identities)
+    paths = [path for path, _, _ in identities]
+    script = _VERIFY % STAT
+    return [SH, "-c", script, "toolrelay-verify", want, str(len(paths)), *paths, *argv]
 
 
 def _system_view() -> list[str]:
@@ -234,15 +349,25 @@ def probe(bwrap: str | None = None, hidden: Iterable[str] = ()) -> tuple[str | N
 
 
 def configure(
-    setting: bool | None, hidden: Iterable[str], *, bwrap: str | None = None
+    setting: bool | None,
+    hidden: Iterable[str],
+    *,
+    bwrap: str | None = None,
+    files: WorkspaceGlobs = NO_FILES,
+    unasked: Sequence[str] = (),
 ) -> tuple[SandboxConfig | None, str]:
     """The server's sandbox decision, made once at start-up (blocking: probes).
 
     ``setting`` is ``workspaces.shell.sandbox``: None (auto) turns the sandbox
     on wherever the probe passes, False turns it off, True requires it.
-    Returns (the config, "") when on, (None, why it is off) when off; raises
-    SandboxUnavailable, naming the probe's reason, when it is required but
-    cannot run."""
+    ``files``: the workspace globs every sandbox mounts read-only or hides.
+    ``unasked``: what the config makes the server run on a workspace's behalf
+    without asking anyone (hooks, quality gates, stdio MCP servers, named as
+    their config keys). Returns (the config, "") when on, (None, why it is
+    off) when off; raises SandboxUnavailable (one line, naming the probe's
+    reason) when it is required but cannot run, and when it is on "auto",
+    cannot run and ``unasked`` is not empty: those would run unsandboxed
+    without anyone having chosen that (``false`` is that choice)."""
     if setting is False:
         return None, "turned off by workspaces.shell.sandbox: false"
     paths = hidden_paths(hidden)
@@ -256,8 +381,15 @@ def configure(
                 "workspaces.shell.sandbox: false to run commands unsandboxed (each then "
                 "asks for a confirmation)"
             )
+        if unasked:
+            raise SandboxUnavailable(
+                f"the sandbox cannot run here ({reason}) and {', '.join(unasked)} would run "
+                "workspace content unsandboxed without asking: make bubblewrap work (the "
+                "README's Docker section says what a container needs) or set "
+                "workspaces.shell.sandbox: false to run them unsandboxed knowingly"
+            )
         return None, reason
-    return SandboxConfig(exe, paths), ""
+    return SandboxConfig(exe, paths, files), ""
 
 
 def hidden_paths(*groups: Iterable[str]) -> tuple[str, ...]:

@@ -7,11 +7,17 @@ used (also after a restart). It opens the workspace, builds the session's
 sandbox and policy, and hands each tool its configuration section as
 ``tool_options`` keyed by section name (``shell``, ``memory``): the tools say
 which section they read (``options_section``), the server names no tool.
+
+The sandbox of a session owned by a ``user`` token is isolated
+(``isolation_for``): it hides every allowed root that is not this token's
+(other tokens' ``allowed_roots``, and ``workspaces.allowed_roots`` not
+containing the workspace) and, read at each spawn, every other session's
+workspace. Admin tokens' sessions see the host as before.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from dispatcher import DispatchSession, WorkspaceFileAPI
@@ -19,14 +25,15 @@ from dispatcher.pipeline.guardrails import Guardrails
 from dispatcher.pipeline.hooks import HookRunner
 from dispatcher.pipeline.profiles import UnknownProfile
 from dispatcher.publisher import EventPublisher
-from dispatcher.sandbox import Sandbox, SandboxConfig, SandboxUnavailable
+from dispatcher.sandbox import Isolation, Sandbox, SandboxConfig, SandboxUnavailable
 from dispatcher.tools.agents import AGENTS_SECTION, SubagentRunner
 from dispatcher.tools.knowledge.store import MemoryStore
 from server.agents import UnknownAgent
+from server.auth import GENERATED_TOKEN_NAME
 from server.config import Config
 from server.errors import Conflict
 from server.memory_service import memory_section
-from server.roots import protected_overlap, real
+from server.roots import is_within, protected_overlap, real
 from server.session_access import SessionAccess, access_with_parents
 from server.store import SessionRecord
 
@@ -45,7 +52,11 @@ class DispatchSessionFactory:
         publisher: EventPublisher,
         subagent_runner: SubagentRunner | None = None,
         get_session: Callable[[str], SessionRecord | None] | None = None,
+        live_workspaces: Callable[[], Iterable[str]] | None = None,
     ) -> None:
+        # Every live session's workspace, read at each spawn of a user
+        # token's sandbox (isolation); None: no session is hidden.
+        self.live_workspaces = live_workspaces
         # dispatch_subagent's runner (server/subagents.py), handed to the tool
         # in the ``agents`` options section; None: no sub-agents.
         self.subagent_runner = subagent_runner
@@ -83,7 +94,11 @@ class DispatchSessionFactory:
         sandbox = None
         if self.sandbox_config is not None:
             try:
-                sandbox = Sandbox(self.sandbox_config, workspace.workspace_root)
+                sandbox = Sandbox(
+                    self.sandbox_config,
+                    workspace.workspace_root,
+                    isolation=self.isolation_for(record.owner, workspace.workspace_root),
+                )
             except SandboxUnavailable as exc:
                 # The workspace contains or lies in a hidden path (a
                 # credential folder): no sandbox could run there unexposed.
@@ -106,6 +121,22 @@ class DispatchSessionFactory:
             guardrails=self.guardrails,
             hooks=self.hooks,
         )
+
+    def isolation_for(self, owner: str, workspace_root: str) -> Isolation | None:
+        """What the sandbox of ``owner``'s session hides (see the module
+        docstring); None for an admin token. A token no longer configured
+        counts as a user (isolated): only a known admin sees everything."""
+        cfg = self.config
+        token = next((t for t in cfg.auth.tokens if t.name == owner), None)
+        admin = token.role == "admin" if token is not None else owner == GENERATED_TOKEN_NAME
+        if admin:
+            return None
+        own = {real(r) for r in token.allowed_roots} if token is not None else set()
+        common = [real(r) for r in cfg.workspaces.allowed_roots]
+        others = [real(r) for t in cfg.auth.tokens if t.name != owner for r in t.allowed_roots]
+        kept = own | {r for r in common if is_within(workspace_root, r)}
+        roots = dict.fromkeys(r for r in (*others, *common) if r not in kept)
+        return Isolation(roots=tuple(roots), live_workspaces=self.live_workspaces)
 
     def access(self, record: SessionRecord, *, sandboxed: bool) -> SessionAccess:
         """What the session may see and run (server/session_access.py);

@@ -44,6 +44,7 @@ from server.memory_service import MEMORY_FILE
 from server.observer import Observer
 from server.presence import Presence
 from server.session_registry import SessionRegistry
+from server.startup import sandbox_files, unasked_runners
 from server.store import Store
 from server.subagents import SubagentService
 from server.tool_wiring import register_tools
@@ -196,6 +197,8 @@ class Services:
                 budgets=self.budgets,
             ),
             get_session=self._store.get_session,
+            # User tokens' sandboxes hide every other session's workspace.
+            live_workspaces=self._live_workspaces,
         )
         # The supervisor reaches a session's DispatchSession through the
         # registry (which keeps them); the registry is made just below.
@@ -234,6 +237,9 @@ class Services:
         if (ev.retention_events, ev.retention_bytes, ev.retention_age_s) != (None, None, None):
             self._pruner = asyncio.create_task(self._prune_forever(ev.prune_interval))
 
+    def _live_workspaces(self) -> list[str]:
+        return [record.workspace for record in self.store.list_sessions()]
+
     def hidden_paths(self) -> list[str]:
         """What no sandbox may see: the data dir (databases, token file), every
         config file the server read, the token file by name (in case the data
@@ -252,7 +258,11 @@ class Services:
         setting = self.config.workspaces.shell.sandbox
         try:
             self.sandbox_config, self.sandbox_reason = await asyncio.to_thread(
-                configure, setting, self.hidden_paths()
+                configure,
+                setting,
+                self.hidden_paths(),
+                files=sandbox_files(self.config),
+                unasked=unasked_runners(self.config),
             )
         except SandboxUnavailable as exc:
             raise ConfigInvalid(str(exc)) from None

@@ -10,6 +10,13 @@ pid of the first, instead of both writing the same event log. A start that
 fails after this point removes what it created (``DataDirLock.release``
 with ``cleanup=True``).
 
+The sandbox is decided in the same spirit (``sandbox_files``,
+``unasked_runners``, used by the services' start): what the configuration
+would run on a workspace's behalf without asking (hooks, quality gates,
+stdio MCP servers) must not start unsandboxed unless the admin chose that
+with ``workspaces.shell.sandbox: false``; otherwise start-up stops with one
+line (exit code 2, a configuration error).
+
 The lock belongs to the open file description: it is released when the
 process ends, however it ends (kill -9 included), so a stale lock file never
 blocks a restart. The file is never deleted (deleting a flock'ed file lets a
@@ -25,6 +32,9 @@ import fcntl
 import os
 import socket
 from pathlib import Path
+
+from dispatcher.sandbox_files import WorkspaceGlobs
+from server.config import Config
 
 LOCK_FILE = "lock"
 
@@ -119,6 +129,29 @@ class DataDirLock:
         os.close(fd)
         if cleanup:
             _remove_dirs(self._created)
+
+
+def sandbox_files(config: Config) -> WorkspaceGlobs:
+    """The workspace globs every sandbox mounts read-only (the guardrails'
+    ``protected_files``) or hides (``workspaces.shell.sandbox_hide_files``)."""
+    return WorkspaceGlobs(
+        read_only=tuple(config.guardrails.protected_files),
+        hidden=tuple(config.workspaces.shell.sandbox_hide_files),
+    )
+
+
+def unasked_runners(config: Config) -> list[str]:
+    """The config keys of what runs workspace content with nobody asked:
+    hooks, quality gates and stdio MCP servers."""
+    found: list[str] = []
+    if config.hooks.configured:
+        found.append("hooks")
+    if config.guardrails.quality_gates:
+        found.append("guardrails.quality_gates")
+    found += [
+        f"mcp_servers.{name}" for name, server in config.mcp_servers.items() if server.command
+    ]
+    return found
 
 
 def _make_dirs(data_dir: Path) -> list[Path]:

@@ -1,0 +1,271 @@
+"""Which workspace paths a sandbox makes read-only or hides, found at each spawn.
+
+``guardrails.protected_files`` and ``workspaces.shell.sandbox_hide_files``
+are globs relative to the workspace (the guardrails' dialect, globs.py: a
+pattern without ``/`` names a file anywhere; a pattern matching a folder
+covers what is inside it). A mount needs a path, so before each sandboxed
+spawn the globs are expanded against the workspace as it is then:
+
+- a pattern with no glob characters is looked up directly (no walk);
+- a pattern made of a literal folder and only ``*``/``**`` after it
+  (``secrets/**``) names that folder: it is mounted whole, so files created
+  in it later are covered too;
+- any other pattern (``*.pem``, and the "anywhere" form of ``.env``) needs a
+  walk of the workspace: breadth first, symbolic links never followed,
+  bounded by ``MAX_SCAN_ENTRIES`` entries (what lies past the bound is not
+  looked at: say so, never hang a spawn on a huge tree).
+
+A literal read-only path that does not exist yet, in a folder that does,
+gets an empty placeholder (a file, or a folder for ``secrets/**``), so that
+no sandboxed process can create it: a mount needs something to sit on, and
+bubblewrap would otherwise create a mode-0444 file there itself.
+
+What a spawn must pin: every folder between the workspace root and a match
+(outermost first). A folder that holds a mount can still be renamed, and a
+fresh folder of the old name would then hold a fresh, writable file; a
+folder that is itself a mount point cannot be renamed or removed (EBUSY).
+
+Every path here is real (no symbolic link on the way), checked with lstat;
+``Found.identities`` records each one's (device, inode) so the sandbox can
+verify, inside, that the mount it got is the file it looked at (a
+concurrently running process could swap a name for a symbolic link between
+this look and bubblewrap's mount).
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import os
+import posixpath
+import stat
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from wcmatch import glob
+
+from dispatcher.pipeline.globs import FLAGS, PathGlobs
+
+# Entries (files and folders) one spawn's walk may look at; past it the walk
+# stops (deep matches past the bound are not covered: specs/security.md).
+MAX_SCAN_ENTRIES = 20_000
+# Mounts one spawn may add for the globs: past it the spawn is refused
+# (each mount costs bubblewrap a syscall or three and the kernel a mount).
+MAX_MATCHES = 512
+
+
+class TooManyMatches(Exception):
+    """The globs name more paths than one sandbox will mount."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkspaceGlobs:
+    """Workspace-relative globs every sandbox of a server enforces with mounts:
+    ``read_only`` (``guardrails.protected_files``) and ``hidden``
+    (``workspaces.shell.sandbox_hide_files``: content replaced by an empty one)."""
+
+    read_only: tuple[str, ...] = ()
+    hidden: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.read_only or self.hidden)
+
+
+NO_FILES = WorkspaceGlobs()
+
+
+@dataclass(slots=True)
+class Found:
+    """What one expansion found: real absolute paths, each existing."""
+
+    read_only: list[str] = field(default_factory=list)
+    hidden_files: list[str] = field(default_factory=list)
+    hidden_dirs: list[str] = field(default_factory=list)
+    pinned: list[str] = field(default_factory=list)  # outermost first
+    identities: list[tuple[str, int, int]] = field(default_factory=list)
+    truncated: bool = False  # the walk stopped at MAX_SCAN_ENTRIES
+
+
+class _Patterns:
+    """One glob list, split by how it is found (see the module docstring)."""
+
+    def __init__(self, patterns: Iterable[str]) -> None:
+        self.globs = PathGlobs(patterns)
+        self.literals: list[str] = []  # literal paths (relative)
+        self.folders: list[str] = []  # literal folders covered whole
+        self.needs_walk = False
+        for pattern in self.globs.patterns:
+            clean = pattern.strip().lstrip("/").removeprefix("./").rstrip("/")
+            parts = clean.split("/")
+            literal = list(itertools.takewhile(lambda p: not glob.is_magic(p, flags=FLAGS), parts))
+            if len(literal) == len(parts):
+                self.literals.append(clean)
+                # Without a "/", the guardrail's pattern also names it anywhere.
+                self.needs_walk |= "/" not in clean
+            elif literal and _only_stars(parts[len(literal) :]):
+                self.folders.append("/".join(literal))
+            else:
+                self.needs_walk = True
+
+    def covers(self, rel: str) -> bool:
+        return self.globs.matches(rel) or rel in self.folders
+
+
+def _only_stars(parts: list[str]) -> bool:
+    return all(p in ("*", "**") for p in parts)
+
+
+class WorkspaceMatcher:
+    """Compiled once per sandbox; ``expand`` runs at each spawn."""
+
+    def __init__(self, globs: WorkspaceGlobs) -> None:
+        self.read_only = _Patterns(globs.read_only)
+        self.hidden = _Patterns(globs.hidden)
+
+    def __bool__(self) -> bool:
+        return bool(self.read_only.globs or self.hidden.globs)
+
+    def expand(self, root: str) -> Found:
+        """The paths of workspace ``root`` (real, absolute) to mount; creates
+        placeholders for missing literal read-only paths. TooManyMatches when
+        more than MAX_MATCHES paths would be mounted."""
+        found = Found()
+        ro: dict[str, os.stat_result] = {}
+        hidden: dict[str, os.stat_result] = {}
+        for rel in self.read_only.literals:
+            st = _lstat_real(root, rel) or _placeholder(root, rel, folder=False)
+            if st is not None:
+                ro[rel] = st
+        for rel in self.read_only.folders:
+            st = _lstat_real(root, rel) or _placeholder(root, rel, folder=True)
+            if st is not None:
+                ro[rel] = st
+        for rel in (*self.hidden.literals, *self.hidden.folders):
+            st = _lstat_real(root, rel)
+            if st is not None:
+                hidden[rel] = st
+        if self.read_only.needs_walk or self.hidden.needs_walk:
+            found.truncated = self._walk(root, ro, hidden)
+        if len(ro) + len(hidden) > MAX_MATCHES:
+            raise TooManyMatches(
+                f"the protected and hidden file patterns match {len(ro) + len(hidden)} paths "
+                f"in {root}, more than the {MAX_MATCHES} one sandbox mounts; use a folder "
+                "pattern (secrets/**) instead of many files"
+            )
+        _fill(found, root, ro, hidden)
+        return found
+
+    def _walk(
+        self, root: str, ro: dict[str, os.stat_result], hidden: dict[str, os.stat_result]
+    ) -> bool:
+        """Breadth first from the root, never following a link; a covered
+        folder is taken whole (not entered). True when the bound stopped it."""
+        queue: deque[str] = deque([""])
+        seen = 0
+        while queue:
+            rel_dir = queue.popleft()
+            try:
+                entries = list(os.scandir(os.path.join(root, rel_dir) if rel_dir else root))
+            except OSError:
+                continue
+            for entry in entries:
+                seen += 1
+                if seen > MAX_SCAN_ENTRIES:
+                    return True
+                rel = posixpath.join(rel_dir, entry.name) if rel_dir else entry.name
+                is_dir = entry.is_dir(follow_symlinks=False)
+                if self.hidden.covers(rel):
+                    hidden.setdefault(rel, entry.stat(follow_symlinks=False))
+                    continue
+                if self.read_only.covers(rel):
+                    if not entry.is_symlink():
+                        ro.setdefault(rel, entry.stat(follow_symlinks=False))
+                    continue
+                if is_dir:
+                    queue.append(rel)
+        return False
+
+
+def _lstat_real(root: str, rel: str) -> os.stat_result | None:
+    """lstat of ``root/rel`` when it exists and no component is a link."""
+    path = os.path.join(root, rel)
+    if os.path.realpath(path) != os.path.normpath(path):
+        return None
+    try:
+        return os.lstat(path)
+    except OSError:
+        return None
+
+
+def _placeholder(root: str, rel: str, *, folder: bool) -> os.stat_result | None:
+    """Create an empty file (or folder) at ``root/rel`` when its parent folder
+    exists (real, no link on the way) and nothing is there; None otherwise."""
+    parent = os.path.dirname(os.path.join(root, rel))
+    if os.path.realpath(parent) != os.path.normpath(parent) or not os.path.isdir(parent):
+        return None
+    try:
+        fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    name = os.path.basename(rel)
+    try:
+        if folder:
+            os.mkdir(name, 0o755, dir_fd=fd)
+        else:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+            os.close(os.open(name, flags, 0o644, dir_fd=fd))
+        return os.stat(name, dir_fd=fd, follow_symlinks=False)
+    except OSError as exc:
+        if exc.errno == errno.EEXIST:
+            return None  # made meanwhile (a link, say): the walk judges it
+        return None
+    finally:
+        os.close(fd)
+
+
+def _fill(
+    found: Found,
+    root: str,
+    ro: dict[str, os.stat_result],
+    hidden: dict[str, os.stat_result],
+) -> None:
+    """Sort matches into mounts: drop what a covered folder already holds,
+    pin the folders above the rest (not those inside a read-only folder,
+    which cannot be renamed anyway)."""
+    ro_dirs = [rel for rel, st in ro.items() if stat.S_ISDIR(st.st_mode)]
+    pins: dict[str, None] = {}
+    for rel in sorted(ro, key=lambda r: (r.count("/"), r)):
+        if _inside_any(rel, ro_dirs):
+            continue
+        _add_pins(pins, rel, ro_dirs)
+        found.read_only.append(os.path.join(root, rel))
+        found.identities.append((os.path.join(root, rel), ro[rel].st_dev, ro[rel].st_ino))
+    for rel in sorted(hidden, key=lambda r: (r.count("/"), r)):
+        mode = hidden[rel].st_mode
+        if stat.S_ISLNK(mode):
+            continue  # a link's target is judged by its own name
+        _add_pins(pins, rel, ro_dirs)
+        target = found.hidden_dirs if stat.S_ISDIR(mode) else found.hidden_files
+        target.append(os.path.join(root, rel))
+    pinned: list[tuple[str, int, int]] = []
+    for rel in sorted(pins, key=lambda r: (r.count("/"), r)):
+        pin = _lstat_real(root, rel)
+        if pin is None or not stat.S_ISDIR(pin.st_mode):
+            continue
+        found.pinned.append(os.path.join(root, rel))
+        pinned.append((os.path.join(root, rel), pin.st_dev, pin.st_ino))
+    found.identities[:0] = pinned
+
+
+def _inside_any(rel: str, folders: list[str]) -> bool:
+    return any(rel != f and rel.startswith(f + "/") for f in folders)
+
+
+def _add_pins(pins: dict[str, None], rel: str, ro_dirs: list[str]) -> None:
+    parent = posixpath.dirname(rel)
+    while parent:
+        if parent in ro_dirs or _inside_any(parent, ro_dirs):
+            break
+        pins.setdefault(parent, None)
+        parent = posixpath.dirname(parent)

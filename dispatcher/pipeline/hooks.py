@@ -2,8 +2,10 @@
 points of a session's life, e.g. a linter after every edit.
 
 Protocol (specs/pipeline.md): the command runs as ``sh -c`` with the
-workspace as cwd, in the session's sandbox, with ``{file}`` replaced by the
-shell-quoted edited file; it gets the context as JSON on stdin and as
+workspace as cwd, in the session's sandbox; ``{file}`` (the edited file, a
+name the model chose) reaches it as data, never as shell text: the command
+refers to the variable that carries it (placeholders.py, bound once when
+the config is read). It gets the context as JSON on stdin and as
 ``TOOLRELAY_*`` environment variables beside a minimal PATH/HOME (never the
 server's own environment). Exit 0 allows (stdout may be JSON with
 ``additionalContext`` and/or ``updatedInput``); exit 2 blocks a pre-hook
@@ -21,7 +23,6 @@ import copy
 import dataclasses
 import json
 import re
-import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -31,6 +32,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dispatcher.pipeline.commands import minimal_env, run_shell_command
 from dispatcher.pipeline.globs import PathGlobs, check_globs
+from dispatcher.pipeline.placeholders import (
+    PLACEHOLDER_VARIABLES,
+    PlaceholderError,
+    bind_placeholders,
+)
 from dispatcher.publisher import EventPublisher
 from dispatcher.sandbox import Sandbox, SandboxUnavailable
 from protocol.payloads import HookCompleted
@@ -86,6 +92,17 @@ class HookConfig(BaseModel):
         return value
 
     _globs = field_validator("file_patterns")(check_globs)
+
+    @field_validator("command")
+    @classmethod
+    def _placeholders_are_data(cls, value: str) -> str:
+        """Refused at load time: a placeholder where its value could not
+        reach the command as plain data (placeholders.py says where)."""
+        try:
+            bind_placeholders(value)
+        except PlaceholderError as exc:
+            raise ValueError(str(exc)) from None
+        return value
 
 
 class HooksConfig(BaseModel):
@@ -171,6 +188,8 @@ class _Compiled:
     config: HookConfig
     matcher: re.Pattern[str] | None
     files: PathGlobs
+    # The command as run: placeholders replaced by variable references.
+    command: str
 
 
 class HookRunner:
@@ -198,6 +217,7 @@ class HookRunner:
                     hook,
                     re.compile(hook.matcher) if hook.matcher is not None else None,
                     PathGlobs(hook.file_patterns),
+                    bind_placeholders(hook.command),
                 )
                 for hook in self.config.for_event(event)
             ]
@@ -220,7 +240,10 @@ class HookRunner:
     def matching(self, event: HookEvent, context: HookContext) -> list[HookConfig]:
         """The hooks of ``event`` whose matcher and file patterns fit ``context``.
         A matcher needs a tool name, file patterns need a file."""
-        chosen: list[HookConfig] = []
+        return [hook.config for hook in self._matching(event, context)]
+
+    def _matching(self, event: HookEvent, context: HookContext) -> list[_Compiled]:
+        chosen: list[_Compiled] = []
         for hook in self._by_event[event]:
             if hook.matcher is not None and (
                 context.tool_name is None or not hook.matcher.fullmatch(context.tool_name)
@@ -228,7 +251,7 @@ class HookRunner:
                 continue
             if hook.files and (context.file is None or not hook.files.matches(context.file)):
                 continue
-            chosen.append(hook.config)
+            chosen.append(hook)
         return chosen
 
     async def run(
@@ -239,7 +262,7 @@ class HookRunner:
         hooks after it (the caller validates and scopes the final input)."""
         results: list[HookResult] = []
         current = context
-        for hook in self.matching(event, context):
+        for hook in self._matching(event, context):
             result = await self._run_one(hook, event, current, sandbox)
             self._report(result, current)
             results.append(result)
@@ -288,8 +311,9 @@ class HookRunner:
         )
 
     async def _run_one(
-        self, hook: HookConfig, event: HookEvent, ctx: HookContext, sandbox: Sandbox | None
+        self, compiled: _Compiled, event: HookEvent, ctx: HookContext, sandbox: Sandbox | None
     ) -> HookResult:
+        hook = compiled.config
         payload = context_payload(event, ctx)
         env = {
             **self._env,
@@ -300,11 +324,12 @@ class HookRunner:
             "TOOLRELAY_FILE": ctx.file or "",
             "TOOLRELAY_WORKSPACE": ctx.workspace,
             "TOOLRELAY_DRY_RUN": "1" if self._read_only else "0",
+            # What ``{file}`` in the command refers to (never spliced in).
+            PLACEHOLDER_VARIABLES["file"]: file_argument(ctx.file),
         }
-        command = hook.command.replace("{file}", file_argument(ctx.file))
         try:
             run = await run_shell_command(
-                command,
+                compiled.command,
                 workspace_root=ctx.workspace,
                 sandbox=sandbox,
                 env=env,
@@ -368,13 +393,11 @@ def context_payload(event: HookEvent, ctx: HookContext) -> dict[str, Any]:
 
 
 def file_argument(path: str | None) -> str:
-    """``{file}`` as one shell word. The model names the file, so a name like
+    """The value of ``{file}``. The model names the file, so a name like
     ``--config=x.toml`` or ``-rf`` must not become an option of the hook's
     program: a relative path starting with ``-`` gets ``./`` in front."""
     text = path or ""
-    if text.startswith("-"):
-        text = "./" + text
-    return shlex.quote(text)
+    return "./" + text if text.startswith("-") else text
 
 
 def env_tool_input(tool_input: Mapping[str, Any] | None) -> str:

@@ -11,10 +11,12 @@ from the root's stored ``tokens_used``, which every settled call also
 updates, so the two never disagree.
 
 - Each model call of a turn reserves a bound before its request is sent
-  (``TurnBudget.reserve``): the request's size as JSON in bytes (no
-  provider counts more than one token per byte of what it is sent), plus a
-  fixed allowance for what a provider adds of its own, plus the call's
-  output cap (``model.max_tokens``, which every adapter sends). It settles
+  (``TurnBudget.reserve``): the request's size in UTF-8 bytes (no
+  provider counts more than one token per byte of what it is sent; images
+  count their base64, tool inputs and definitions their JSON), plus an
+  allowance per content block (role and block markers) and one per request
+  (what a provider adds of its own), plus the call's output cap
+  (``model.max_tokens``, which every adapter sends). It settles
   the reported usage when the reply ends, or releases the reservation when
   none was reported (a failed or cancelled call).
 - A worker is admitted only while the tree is under its limits
@@ -34,7 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from pydantic_core import to_json
@@ -42,18 +44,45 @@ from pydantic_core import to_json
 from adapters.base import ModelRequest, Usage
 from dispatcher.errors import ToolPermissionDenied
 from dispatcher.pipeline.budget import TOKENS, BudgetLedger, Grant, LimitsConfig, Settled
+from protocol.canonical import ImageBlock, TextBlock, ToolResultBlock, ToolUseBlock
 from server.errors import ApiError
 from server.store import SessionRecord, Store
 
 # Tokens a provider may count beyond the request's own bytes (Anthropic's
-# tool-use preamble is ~350; the rest is margin).
+# tool-use preamble is ~350; the rest is margin) ...
 REQUEST_ALLOWANCE = 1024
+# ... and beyond each content block's (role and block markers are a few).
+BLOCK_ALLOWANCE = 16
 
 
 def request_bound(request: ModelRequest) -> dict[str, int]:
-    """The most one model call of ``request`` can use, per meter."""
-    sent = len(to_json(request))
+    """The most one model call of ``request`` can use, per meter. A walk over
+    the blocks, not the request as JSON: for a 0.9 MB conversation of 160
+    messages ~0.5 ms instead of ~5 ms (1.7 ms when no text is ASCII), on the
+    event loop before every model call of a session with a limit."""
+    sent = _utf8(request.system or "") + len(to_json(request.tools))
+    sent += sum(_blocks_bytes(m.content) for m in request.messages)
     return {TOKENS: sent + REQUEST_ALLOWANCE + request.settings.max_tokens}
+
+
+def _blocks_bytes(blocks: Sequence[object]) -> int:
+    return sum(_block_bytes(b) + BLOCK_ALLOWANCE for b in blocks)
+
+
+def _block_bytes(block: object) -> int:
+    if isinstance(block, TextBlock):
+        return _utf8(block.text)
+    if isinstance(block, ToolResultBlock):
+        return len(block.tool_use_id) + _blocks_bytes(block.content)
+    if isinstance(block, ToolUseBlock):
+        return len(block.id) + len(block.name) + len(to_json(block.input))
+    if isinstance(block, ImageBlock):
+        return len(block.data)
+    return len(to_json(block))  # a block kind added later: its JSON, to be safe
+
+
+def _utf8(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 @dataclass

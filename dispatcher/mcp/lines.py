@@ -65,6 +65,8 @@ class LineSplitter:
     def _add(self, piece: bytes) -> None:
         if self._over_size is not None:
             self._over_size += len(piece)
+            if len(self._head) < KEEP:  # a limit below KEEP went over early
+                self._head += piece[: KEEP - len(self._head)]
             self._tail += piece[-KEEP:]
             del self._tail[:-KEEP]
             return

@@ -3,9 +3,10 @@ for the attack tests of tests/security/test_mcp_attacks.py.
 
 Its tools:
 
-- ``huge {"mb": N, "id_last": bool}``: answers with a text result of N MiB,
-  written in 1 MiB pieces (the whole message is one line). ``id_last`` puts
-  the request id after the result, as the TypeScript SDK writes it.
+- ``huge {"mb": N, "shape": ...}``: answers with a text result of N MiB,
+  written in 1 MiB pieces (the whole message is one line); ``shape`` puts
+  the request id first (default), last (as the TypeScript SDK writes it),
+  nowhere, or sends a notification of that size before a normal answer.
 - ``flood {"seconds": S}``: for S seconds, flips its tool list (the tool
   ``flip`` comes and goes) and sends ``notifications/tools/list_changed``
   every millisecond or so, from a thread, while it keeps answering requests.
@@ -30,7 +31,13 @@ BASE_TOOLS: list[dict[str, Any]] = [
         "description": "A result of mb MiB.",
         "inputSchema": {
             "type": "object",
-            "properties": {"mb": {"type": "number"}, "id_last": {"type": "boolean"}},
+            "properties": {
+                "mb": {"type": "number"},
+                "shape": {
+                    "type": "string",
+                    "enum": ["id_first", "id_last", "no_id", "notification"],
+                },
+            },
             "required": ["mb"],
         },
     },
@@ -59,27 +66,37 @@ def send(message: dict[str, Any]) -> None:
         out.flush()
 
 
-def send_huge(request_id: Any, mb: float, id_last: bool) -> None:
+def send_huge(request_id: Any, mb: float, shape: str) -> None:
+    """One line of ``mb`` MiB. ``shape``: the id first (the Python SDK's
+    order), last (the TypeScript SDK's), none at all, or a notification of
+    the server's (then the call is answered normally afterwards)."""
     total = int(mb * 1024 * 1024)
     piece = b"x" * (1024 * 1024)
     rid = json.dumps(request_id).encode()
-    head = b'{"jsonrpc":"2.0",'
-    head += (
-        b'"result":{"content":[{"type":"text","text":"'
-        if id_last
-        else (b'"id":' + rid + b',"result":{"content":[{"type":"text","text":"')
-    )
-    tail = b'"}],"isError":false}'
-    tail += b',"id":' + rid + b"}\n" if id_last else b"}\n"
+    text = b'"result":{"content":[{"type":"text","text":"'
+    head, tail = {
+        "id_first": (b'{"jsonrpc":"2.0","id":' + rid + b"," + text, b'"}],"isError":false}}'),
+        "id_last": (b'{"jsonrpc":"2.0",' + text, b'"}],"isError":false},"id":' + rid + b"}"),
+        "no_id": (b'{"jsonrpc":"2.0",' + text, b'"}],"isError":false}}'),
+        "notification": (
+            b'{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"',
+            b'"}}',
+        ),
+    }[shape]
     with write_lock:
         out.write(head)
         left = total
         while left > 0:
             chunk = piece if left >= len(piece) else piece[:left]
             out.write(chunk)
+            out.flush()
             left -= len(chunk)
-        out.write(tail)
+            # A steady writer, not one burst: the reader is busy for a while.
+            time.sleep(0.01)
+        out.write(tail + b"\n")
         out.flush()
+    if shape == "notification":
+        text_result(request_id, "after the notification")
 
 
 def flood(seconds: float) -> None:
@@ -108,7 +125,7 @@ def call(request_id: Any, params: dict[str, Any]) -> None:
     name = params.get("name")
     args = params.get("arguments") or {}
     if name == "huge":
-        send_huge(request_id, float(args["mb"]), bool(args.get("id_last", False)))
+        send_huge(request_id, float(args["mb"]), str(args.get("shape", "id_first")))
     elif name == "flood":
         threading.Thread(target=flood, args=(float(args["seconds"]),), daemon=True).start()
         text_result(request_id, "flooding")

@@ -75,8 +75,8 @@ async def test_huge_results_are_capped_and_the_server_keeps_answering(
     async with relay.client(timeout=60) as http:
         sid = await new_session(http, workspace)
         # 24 MiB, id first (the Python SDK's order) and id last (the TypeScript SDK's).
-        for n, id_last in enumerate((False, True)):
-            use = {"id": f"big{n}", "name": "mcp_h_huge", "input": {"mb": 24, "id_last": id_last}}
+        for shape in ("id_first", "id_last"):
+            use = {"id": shape, "name": "mcp_h_huge", "input": {"mb": 24, "shape": shape}}
             turn = await wait_turn(http, sid, await start_turn(http, sid, use), within=120)
             [result] = turn["results"]
             text = tool_text(result)

@@ -1,6 +1,8 @@
 """Permission profiles (``profiles:``): which tools a session may see and
 the confirmation policy for them. A session picks one at creation; tools
-its profile excludes are never advertised to the model and never run.
+its profile excludes are never advertised to the model and never run, and
+neither is offered a tool its policy denies outright (dispatcher/policy.py,
+``denies_outright``: ``read-only``'s denials by class are such).
 
 Built in, after the seeds' AI Dev Agent modes (ReadOnly: read files only;
 Dev: read/write files; CI: run tests; Full: all permissions):

@@ -13,7 +13,9 @@ dispatcher used outside a server) the tool refuses. Its own side effects are
 ``none``: each call the sub-agent makes goes through the dispatcher and the
 child's policy on its own. A cancelled call (the parent turn cancelled, or
 the call's timeout) cancels the child's turn through ``cancel_event``, and
-the runner winds it down before the call ends.
+the runner winds it down before the call ends. The sub-agent spends the
+calling session's token budget (``limits.max_tokens``, specs/agents.md
+"Budgets"): over it, no sub-agent starts.
 """
 
 from __future__ import annotations
@@ -86,10 +88,12 @@ class SubagentReport:
 class SubagentRunner(Protocol):
     """Runs one sub-agent to its end (implemented by the server).
 
-    ``run`` returns the report also when the sub-agent failed; it raises a
-    ToolError for a request it refuses (an unknown agent type, a caller that
-    is itself a worker). When ``cancel`` is set, or the awaiting task is
-    cancelled, it cancels the child's turn and waits for it to end."""
+    ``run`` returns the report also when the sub-agent failed (stopped by
+    the budget it shares with its caller, too); it raises a ToolError for a
+    request it refuses (an unknown agent type, a caller that is itself a
+    worker, a caller whose budget is used up: ``permission_denied``). When
+    ``cancel`` is set, or the awaiting task is cancelled, it cancels the
+    child's turn and waits for it to end."""
 
     async def run(self, request: SubagentRequest, cancel: asyncio.Event) -> SubagentReport: ...
 

@@ -82,6 +82,13 @@ class Spec:
     # No options at all: every word is an operand (echo, true, test).
     literal: bool = False
     note: str = ""
+    # The optstring and long names as look-up tables, built once.
+    shorts: dict[str, str] = field(init=False, repr=False, compare=False)
+    longs: dict[str, str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shorts", _short_table(self.short))
+        object.__setattr__(self, "longs", _long_table(self.long))
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +152,7 @@ def read_args(spec: Spec, args: list[str]) -> Reading:
     if spec.literal:
         reading.operands = list(args)
         return reading
-    shorts, longs = _short_table(spec.short), _long_table(spec.long)
+    shorts, longs = spec.shorts, spec.longs
     i = 0
     while i < len(args):
         word = args[i]

@@ -23,10 +23,15 @@ the sandbox without anyone being asked. So the rating is conservative:
   workspace (absolute, ``~``, ``..`` escaping, a glob that can match ``..``,
   or a path that resolves through a symlink out of it) makes it dangerous:
   reading ``~/.ssh`` is not a safe read;
-- an option of a read command that runs another program (``rg --pre``,
-  ``sort --compress-program``, ``fd -x``, ``find -exec``) or follows links
-  out of the tree (``grep -R``, ``rg -L``, ``find -L``, ``du -L``) makes it
-  at least dev; so do ``xargs`` and every wrapper that is not transparent,
+- options are read from the option table (programs.py) the way getopt
+  reads them (options.py: ``sort -uo.env``, ``--outp=.env``, ``--co=sh``
+  are seen for what they are): one that writes a file (``sort -o``) makes
+  the command at least dev, dangerous outside the workspace; one that runs
+  another program (``rg --pre``, ``sort --compress-program``, ``fd -x``,
+  ``find -exec``) dangerous; one that follows links out of the tree
+  (``grep -R``, ``rg -L``, ``find -L``, ``du -L``) at least dev; an option
+  the table does not know, of a program rated safe, at least dev (see
+  option_effects); so do ``xargs`` and every wrapper that is not transparent,
   ``env`` running a program, any variable assignment in front of a
   command (programs obey their environment: ``GIT_CONFIG_*``, ``LESSOPEN``),
   process listings (``ps`` shows other processes' environments when
@@ -230,8 +235,9 @@ class Analysis:
     working folder), that the line's redirections, option values (``sort
     -o.env`` -> ``.env``, ``--output=.env``) and written operands (``tee
     F``, ``uniq IN OUT``, ``black src``: a folder stands for files under
-    it) would write, in order. Targets outside the workspace are not listed
-    (they rate the line dangerous). ``writes_unknown``: the line writes
+    it) would write, in order; a ``cd`` earlier in the line is not
+    followed. Targets outside the workspace are not listed (they rate the
+    line dangerous). ``writes_unknown``: the line writes
     somewhere no static reading can name (``> $F``, ``file -C``)."""
 
     blocked: list[str] = field(default_factory=list)

@@ -21,6 +21,9 @@ read the way GNU ``getopt_long`` reads them, not matched as strings:
 What getopt would reject (an unknown option, a value where none is taken,
 a missing value) is reported as *unknown*: the reading cannot say what the
 real program does with it, so the rules never call such a command safe.
+A partial entry (a program rated dev, whose entry lists only the options
+with effects) reads an unlisted letter as a flag and goes on, so that the
+options after it in the cluster are still seen.
 ``find`` is not getopt: its expression is read primary by primary with
 ``read_find``.
 
@@ -180,7 +183,9 @@ def _read_long(
     given, eq, value = word[2:].partition("=")
     name = _match_long(spec, longs, given)
     if name is None:
-        return _unknown(spec, word, reading, i)
+        if spec.complete:  # in a partial entry: some option without an effect
+            reading.unknown.append(word)
+        return i
     if name == "":
         reading.ambiguous.append(word)
         return i
@@ -227,9 +232,12 @@ def _read_cluster(
         if spec.numbers and letter.isdigit():
             continue  # grep -5n: a context length glued in front
         kind = shorts.get(letter)
+        if kind is None and not spec.complete:
+            continue  # a partial entry's unlisted letter: read on, to see more
         if kind is None:
             # What follows an unknown letter cannot be read: it may be a value.
-            return _unknown(spec, "-" + word[k - 1 :], reading, i)
+            reading.unknown.append("-" + word[k - 1 :])
+            return i
         if kind == "":
             reading.options.append(Option(letter, None, word))
             continue
@@ -242,14 +250,6 @@ def _read_cluster(
             return i
         reading.options.append(Option(letter, args[i], word))
         return i + 1
-    return i
-
-
-def _unknown(spec: Spec, word: str, reading: Reading, i: int) -> int:
-    # In a complete table an unlisted option is unknown; in a partial one
-    # (a dev program) it is some option without a listed effect.
-    if spec.complete:
-        reading.unknown.append(word)
     return i
 
 

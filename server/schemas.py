@@ -41,6 +41,9 @@ class JsonLimits:
 
 
 INPUT_LIMITS = JsonLimits()
+# Integers the event log can encode (orjson: signed 64-bit up to unsigned 64-bit).
+MIN_INTEGER = -(2**63)
+MAX_INTEGER = 2**64 - 1
 
 
 class InputLimitExceeded(ValueError):
@@ -105,6 +108,12 @@ def check_json_limits(value: Any, where: str, limits: JsonLimits = INPUT_LIMITS)
         elif isinstance(item, float) and not math.isfinite(item):
             # JSON has no NaN or Infinity: stored, it could never be rendered again.
             raise InputLimitExceeded(_path(where, path), "is not a finite number")
+        elif isinstance(item, int) and not MIN_INTEGER <= item <= MAX_INTEGER:
+            # The event encoder (orjson) stops at 64 bits: such a number would
+            # fail the turn when its events are published.
+            raise InputLimitExceeded(
+                _path(where, path), "is an integer outside the 64-bit range JSON events carry"
+            )
 
 
 def _path(where: str, path: tuple[str | int, ...]) -> str:
@@ -245,3 +254,29 @@ class SessionInfo(BaseModel):
     created_at: str
     status: Literal["idle", "running"]
     current_turn_id: str | None
+
+
+class FieldProblem(BaseModel):
+    """One wrong part of a request, named (``workspace``, ``query parameter after``)."""
+
+    field: str
+    message: str
+
+
+class ErrorDetail(BaseModel):
+    """``error`` of an error response: a machine code and a sentence; some
+    answers add keys a client can act on (``fields``, ``resolution``, ...)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    code: str = Field(description="Machine-readable, e.g. `not_found`, `invalid_request`")
+    message: str = Field(description="What was wrong, naming the offending part")
+    fields: list[FieldProblem] | None = Field(
+        default=None, description="422: each wrong parameter or body field"
+    )
+
+
+class ErrorBody(BaseModel):
+    """The body of every error response of the HTTP API (server/errors.py)."""
+
+    error: ErrorDetail

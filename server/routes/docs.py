@@ -21,7 +21,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from server.errors import NotFound, error_body
 from server.middleware import deny_websocket, is_public, send_json
+from server.responses import STATUS_MEANINGS
 from server.routes.system import DASHBOARD_DIR
+from server.schemas import ErrorBody
 
 router = APIRouter()
 
@@ -50,14 +52,53 @@ def install_openapi(app: FastAPI) -> None:
         }
         schema["security"] = [{BEARER_SCHEME: []}]
         for path, operations in schema.get("paths", {}).items():
-            if is_public(path):
-                for operation in operations.values():
-                    if isinstance(operation, dict):
+            for operation in operations.values():
+                if isinstance(operation, dict):
+                    if is_public(path):
                         operation["security"] = []
+                    _document_errors(path, operation)
+        _error_schemas(components.setdefault("schemas", {}))
         app.openapi_schema = schema
         return schema
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+ERROR_REF = {"$ref": "#/components/schemas/ErrorBody"}
+
+
+def _document_errors(path: str, operation: dict[str, Any]) -> None:
+    """Add the error statuses the middleware gives every route: 401 and 503
+    behind authentication, 413 (body limit) and 422 (bad characters in any
+    parameter, server.input_checks) everywhere, 404 wherever a path names a
+    resource. Each error status documents the API's one error body."""
+    statuses = [413, 422]
+    if not is_public(path):
+        statuses += [401, 503]
+    if "{" in path:
+        statuses.append(404)
+    responses = operation.setdefault("responses", {})
+    for status in statuses:
+        responses.setdefault(str(status), {"description": STATUS_MEANINGS[status]})
+    for status, response in responses.items():
+        if status.isdigit() and int(status) >= 400 and not _is_health(path, status):
+            # FastAPI's default 422 schema (HTTPValidationError) is not what we send.
+            response["content"] = {"application/json": {"schema": ERROR_REF}}
+
+
+def _is_health(path: str, status: str) -> bool:
+    # /healthz's 503 carries the health report, not an error body.
+    return path == "/healthz" and status == "503"
+
+
+def _error_schemas(schemas: dict[str, Any]) -> None:
+    """Put ErrorBody (and the models it uses) in the components; drop
+    FastAPI's validation-error models, which no response uses any more."""
+    generated = ErrorBody.model_json_schema(ref_template="#/components/schemas/{model}")
+    schemas.update(generated.pop("$defs", {}))
+    schemas["ErrorBody"] = generated
+    for unused in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(unused, None)
 
 
 class UnknownPathGuard:

@@ -7,6 +7,7 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from server.errors import Forbidden
+from server.responses import error_responses
 from server.routes.deps import PrincipalDep, ServicesDep
 
 router = APIRouter(tags=["system"])
@@ -17,7 +18,7 @@ router = APIRouter(tags=["system"])
     response_class=Response,
     responses={
         200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text format"},
-        403: {"description": "Not an admin token"},
+        **error_responses(403, s403="Not an admin token"),
     },
 )
 async def metrics(request: Request, runtime: ServicesDep, principal: PrincipalDep) -> Response:

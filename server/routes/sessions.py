@@ -8,6 +8,7 @@ from fastapi import APIRouter, Response
 
 from dispatcher.pipeline.hooks import HookEvent
 from server.errors import Conflict
+from server.responses import error_responses
 from server.routes.deps import PrincipalDep, ServicesDep
 from server.runtime import Services
 from server.schemas import CreateSession, SessionInfo
@@ -17,7 +18,18 @@ from server.turn_pipeline import run_hooks
 router = APIRouter(tags=["sessions"])
 
 
-@router.post("/sessions", status_code=201, responses={201: {"model": SessionInfo}})
+@router.post(
+    "/sessions",
+    status_code=201,
+    responses={
+        201: {"model": SessionInfo},
+        **error_responses(
+            403,
+            s403="A user token outside its allowed roots, or asking for a policy, profile "
+            "or agent looser than the server's",
+        ),
+    },
+)
 async def create_session(
     body: CreateSession, runtime: ServicesDep, principal: PrincipalDep
 ) -> dict[str, Any]:
@@ -80,7 +92,10 @@ async def delete_session(
     return Response(status_code=204)
 
 
-@router.get("/sessions/{session_id}/tools")
+@router.get(
+    "/sessions/{session_id}/tools",
+    responses=error_responses(409, s409="The session's workspace can no longer be used"),
+)
 async def session_tools(
     session_id: str, runtime: ServicesDep, principal: PrincipalDep
 ) -> dict[str, Any]:

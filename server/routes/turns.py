@@ -8,14 +8,24 @@ from fastapi import APIRouter
 
 from dispatcher import UnknownConfirmation
 from server.errors import Conflict, NotFound
-from server.responses import AsciiJSONResponse
+from server.responses import AsciiJSONResponse, error_responses
 from server.routes.deps import PrincipalDep, ServicesDep
 from server.schemas import AnswerConfirmation, CreateTurn
 
 router = APIRouter(tags=["turns"])
 
 
-@router.post("/sessions/{session_id}/turns", status_code=202)
+@router.post(
+    "/sessions/{session_id}/turns",
+    status_code=202,
+    responses=error_responses(
+        409,
+        501,
+        s409="A turn is already running (`turn_in_progress`), the server is shutting "
+        "down, or the workspace can no longer be used",
+        s501='A {"message"} turn on a server without the agent loop',
+    ),
+)
 async def create_turn(
     session_id: str, body: CreateTurn, runtime: ServicesDep, principal: PrincipalDep
 ) -> dict[str, Any]:
@@ -46,7 +56,10 @@ async def get_turn(
 
 @router.post(
     "/sessions/{session_id}/turns/{turn_id}/cancel",
-    responses={202: {"description": "Cancellation under way; the turn has not ended yet"}},
+    responses={
+        202: {"description": "Cancellation under way; the turn has not ended yet"},
+        **error_responses(409, s409="The turn is not running (`turn_not_running`)"),
+    },
 )
 async def cancel_turn(
     session_id: str, turn_id: str, runtime: ServicesDep, principal: PrincipalDep
@@ -75,7 +88,9 @@ async def pending_confirmations(
 
 @router.post(
     "/sessions/{session_id}/turns/{turn_id}/confirmations/{request_id}",
-    responses={409: {"description": "Already resolved; the body names the winning answer"}},
+    responses=error_responses(
+        409, s409="Already resolved (`already_resolved`); `resolution` names the winning answer"
+    ),
 )
 async def answer_confirmation(
     session_id: str,

@@ -208,3 +208,16 @@ async def test_a_bad_character_in_a_websocket_parameter(
         assert response.status_code == 422, (path, response.status_code)
         error = json.loads(bytes(response.body or b""))["error"]
         assert error["fields"][0]["field"] == field, error
+
+
+@pytest.mark.parametrize("number", [2**64, -(2**63) - 1, 10**30])
+def test_an_integer_the_event_log_cannot_carry_is_refused(
+    http: httpx2.Client, ids: dict[str, str], number: int
+) -> None:
+    """Found by the schemathesis run: a tool input holding an integer past 64
+    bits was accepted, then failed the turn when its events were encoded."""
+    use = {"id": "big", "name": "read_file", "input": {"path": "a", "offset": number}}
+    response = http.post(f"/sessions/{ids['session_id']}/turns", json={"tool_uses": [use]})
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["fields"][0]["field"] == "tool_uses[0].input.offset", error

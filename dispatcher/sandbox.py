@@ -19,6 +19,13 @@ own ``bwrap`` line. Inside, a process sees:
   ``--die-with-parent``: a ``kill -9`` of the server ends every sandboxed
   process.
 
+Besides, in every sandbox (``SandboxConfig.files``, dispatcher/sandbox_files.py):
+the admin's protected workspace globs are bound read-only over the
+workspace bind (the folders above them pinned, missing literal paths held
+by an empty placeholder, each bind checked inside before the command runs),
+and hidden workspace globs are covered. A ``user`` token's sandbox also
+covers other users' roots and other sessions' workspaces (``Isolation``).
+
 Why hand-written: bubblewrap is the maintained engine; this module only
 decides its argument list, which is our security policy.
 

@@ -38,6 +38,7 @@ import errno
 import itertools
 import os
 import posixpath
+import re
 import stat
 from collections import deque
 from collections.abc import Iterable
@@ -88,15 +89,25 @@ class Found:
 
 
 class _Patterns:
-    """One glob list, split by how it is found (see the module docstring)."""
+    """One glob list, split by how it is found (see the module docstring).
+
+    The walk matches each entry once (a covered folder is not entered, so
+    its parents never need matching again): a pattern without ``/`` against
+    the entry's name, the others against its relative path, each list as one
+    regular expression translated by wcmatch (the guardrails' dialect). Per
+    entry that is about a microsecond, where ``PathGlobs.matches`` (parents
+    included) takes some 30 (benchmarks/sandbox_binds.py)."""
 
     def __init__(self, patterns: Iterable[str]) -> None:
         self.globs = PathGlobs(patterns)
         self.literals: list[str] = []  # literal paths (relative)
         self.folders: list[str] = []  # literal folders covered whole
         self.needs_walk = False
+        names: list[str] = []
+        paths: list[str] = []
         for pattern in self.globs.patterns:
-            clean = pattern.strip().lstrip("/").removeprefix("./").rstrip("/")
+            clean = pattern.strip().lstrip("/").removeprefix("./").rstrip("/") or "."
+            (paths if "/" in clean else names).append(clean)
             parts = clean.split("/")
             literal = list(itertools.takewhile(lambda p: not glob.is_magic(p, flags=FLAGS), parts))
             if len(literal) == len(parts):
@@ -107,9 +118,24 @@ class _Patterns:
                 self.folders.append("/".join(literal))
             else:
                 self.needs_walk = True
+        self._names = _regex(names)
+        self._paths = _regex(paths)
 
-    def covers(self, rel: str) -> bool:
-        return self.globs.matches(rel) or rel in self.folders
+    def covers(self, rel: str, name: str) -> bool:
+        """Whether the entry at ``rel`` (named ``name``) is covered, its
+        parents being known not to be."""
+        if self._names is not None and self._names.match(name):
+            return True
+        return (self._paths is not None and self._paths.match(rel) is not None) or (
+            rel in self.folders
+        )
+
+
+def _regex(patterns: list[str]) -> re.Pattern[str] | None:
+    if not patterns:
+        return None
+    included, _ = glob.translate(patterns, flags=FLAGS)
+    return re.compile("|".join(f"(?:{rx})" for rx in included))
 
 
 def _only_stars(parts: list[str]) -> bool:
@@ -175,10 +201,10 @@ class WorkspaceMatcher:
                     return True
                 rel = posixpath.join(rel_dir, entry.name) if rel_dir else entry.name
                 is_dir = entry.is_dir(follow_symlinks=False)
-                if self.hidden.covers(rel):
+                if self.hidden.covers(rel, entry.name):
                     hidden.setdefault(rel, entry.stat(follow_symlinks=False))
                     continue
-                if self.read_only.covers(rel):
+                if self.read_only.covers(rel, entry.name):
                     if not entry.is_symlink():
                         ro.setdefault(rel, entry.stat(follow_symlinks=False))
                     continue

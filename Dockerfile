@@ -1,7 +1,8 @@
 # toolrelay server image. Workspaces are mounted under /workspaces.
 FROM python:3.11-slim-bookworm
 
-# git, ripgrep and patch back the built-in tools; bubblewrap sandboxes the shell.
+# git, ripgrep and patch back the built-in tools; bubblewrap sandboxes every process
+# the server starts (it needs seccomp/AppArmor relaxed: docker-compose.yml, README).
 RUN apt-get update \
     && apt-get install -y --no-install-recommends git ripgrep patch bubblewrap \
     && rm -rf /var/lib/apt/lists/*

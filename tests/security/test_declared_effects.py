@@ -40,7 +40,7 @@ from dispatcher import (
 )
 from dispatcher.pipeline.guardrails import GuardrailConfig, Guardrails
 from dispatcher.sandbox import Sandbox, SandboxConfig, probe
-from dispatcher.tools import ApplyPatchTool, GitBranchTool, GitCommitTool
+from dispatcher.tools import ApplyPatchTool, GitBranchTool, GitCommitTool, ShellTool
 from protocol.canonical import ToolUseBlock
 from tests.dispatcher.support import Recorded, RecordingPublisher
 
@@ -427,3 +427,40 @@ async def test_max_lines_changed_asks_about_a_write_whose_size_is_unknown(
     await answer(plugin_dispatcher, publisher, "deny")
     assert (await task).is_error
     assert not (plain_ws / "c.txt").exists()
+
+
+# -- the shell's declared writes ----------------------------------------------------------
+
+
+@pytest.fixture
+def shell_dispatcher(publisher: RecordingPublisher) -> ToolDispatcher:
+    tools = ToolDispatcher(publisher)
+    tools.register(ShellTool)
+    return tools
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["sort -o.env a.txt", "sort -uo .env a.txt", "sort --output=.env a.txt", "sort --o=.env a.txt"],
+)
+async def test_a_shell_option_that_writes_a_protected_file_is_refused(
+    plain_ws: Path, shell_dispatcher: ToolDispatcher, publisher: RecordingPublisher, command: str
+) -> None:
+    session = session_of(plain_ws, protected_files=[".env"])
+    call = use("shell", {"command": command})
+    result = await shell_dispatcher.dispatch(call, session, turn_id=TURN)
+    assert result.is_error
+    assert failed(publisher, "tu_1").data["blocked_by"]["name"] == "protected_files"
+    assert (plain_ws / ".env").read_text() == SECRET
+
+
+async def test_the_files_a_command_writes_count_for_max_files_modified(
+    plain_ws: Path, shell_dispatcher: ToolDispatcher, publisher: RecordingPublisher
+) -> None:
+    session = session_of(plain_ws, max_files_modified=1)
+    command = "sort -o out1.txt a.txt && sort a.txt > out2.txt"
+    call = use("shell", {"command": command})
+    result = await shell_dispatcher.dispatch(call, session, turn_id=TURN)
+    assert result.is_error
+    assert failed(publisher, "tu_1").data["blocked_by"]["name"] == "max_files_modified"
+    assert not (plain_ws / "out1.txt").exists() and not (plain_ws / "out2.txt").exists()

@@ -29,6 +29,7 @@ text, and those would make the text lie.
 from __future__ import annotations
 
 import os
+import posixpath
 import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -50,6 +51,7 @@ from dispatcher.tool import (
     ToolContext,
     ToolEffects,
     ToolOutput,
+    declared_paths,
     lexical_path,
     one_line,
 )
@@ -182,12 +184,16 @@ class ShellTool(BaseTool):
         sandbox: Sandbox | None = None,
         prepared: Any = None,
     ) -> ToolEffects:
-        """The command, its working directory, and the paths its words,
-        redirections and ``env`` values name (shell/paths.py). Globs are
-        matched against the workspace, so a command that has any is read off
-        the event loop."""
+        """The command, its working directory, the paths its words,
+        redirections and ``env`` values name (shell/paths.py), and the files
+        the rules' analysis says it writes (redirections, option values such
+        as ``sort -o F``, written operands such as ``tee F``); a write no
+        static reading can name (``> $F``) makes the effects unknown. Globs
+        are matched against the workspace, so a command that has any is read
+        off the event loop."""
         command: str = input["command"]
         cwd = lexical_path(str(input.get("cwd") or "."))
+        analysis = _analysis(prepared, input, workspace)
         env = input.get("env")
         env_values = env if isinstance(env, Mapping) else None
         root = workspace.workspace_root
@@ -196,11 +202,17 @@ class ShellTool(BaseTool):
             size_hint=_paths_work(command),
         )
         where = f" (in {cwd})" if cwd not in ("", ".") else ""
+        written: dict[str, None] = {}
+        for path in analysis.writes:
+            joined = path if path.startswith("/") else posixpath.join(cwd, path)
+            written.update(dict.fromkeys(declared_paths(joined, workspace)))
         return ToolEffects(
+            writes=tuple(written),
             commands=(command,),
             cwd=cwd,
             command_paths=named,
             summary=one_line(f"{self.definition.name}: {command}") + where,
+            unknown=analysis.writes_unknown,
         )
 
     def scope(

@@ -239,3 +239,12 @@ def test_unknown_effects_ask_while_any_rule_is_set_and_are_not_counted() -> None
     assert turn.paths == set()
     # Without per-call rules (quality gates only) nothing asks.
     assert rails().check(unknown).ask is None
+
+
+async def test_the_shell_declares_what_its_rules_say_it_writes(empty_ws: WorkspaceFileAPI) -> None:
+    glued = await effects_of(ShellTool(), {"command": "sort -o.env a", "cwd": "sub"}, empty_ws)
+    assert glued.writes == ("sub/.env",) and not glued.unknown
+    assert rails(protected_files=[".env"]).check(glued).blocked_by == "protected_files"
+    dynamic = await effects_of(ShellTool(), {"command": "echo x > $F"}, empty_ws)
+    assert dynamic.unknown
+    assert rails(protected_files=[".env"]).check(dynamic).ask is not None

@@ -76,6 +76,10 @@ class QualityGate(_Model):
     command: str = Field(min_length=1)
     required: bool = True
     timeout: float = Field(default=300.0, gt=0, le=3600)
+    # The admin vouches for what this gate runs: it runs without asking. By
+    # default a gate asks as a shell command of its session would (it runs
+    # workspace code the model may have written; dispatcher/pipeline/gates.py).
+    auto: bool = False
 
 
 class GuardrailConfig(_Model):

@@ -194,7 +194,11 @@ class McpConnection:
                 http = await stack.enter_async_context(
                     create_mcp_http_client(headers=dict(cfg.headers))
                 )
-                transport = streamable_http_client(cfg.url, http_client=http)
+                # The SDK bounds each SSE event (1 MiB by default); one key for
+                # both transports. Past it the call fails and the connection restarts.
+                transport = streamable_http_client(
+                    cfg.url, http_client=http, max_sse_event_size=cfg.max_message_bytes
+                )
             client = Client(
                 transport,
                 mode="legacy",

@@ -8,7 +8,7 @@ reaches it), one whose schema uses ``$ref``/``$defs`` and ``anyOf [T, null]``,
 one whose schema cannot be expressed in toolrelay's subset, an ``isError``
 result, an image, structured output with an ``outputSchema`` (also one that
 breaks its own schema, and one whose schema the subset cannot express), a
-crash in the middle of a call, and a change of the tool list.
+crash in the middle of a call, a change of the tool list, and a big result.
 """
 
 from __future__ import annotations
@@ -143,6 +143,17 @@ TOOLS: list[types.Tool] = [
         input_schema={"type": OBJ, "properties": {}},
     ),
 ]
+TOOLS.append(
+    types.Tool(
+        name="big",
+        description="A text result of kb KiB.",
+        input_schema={
+            "type": OBJ,
+            "properties": {"kb": {"type": "integer"}},
+            "required": ["kb"],
+        },
+    )
+)
 EXTRA = types.Tool(
     name="extra",
     description="Appears after grow.",
@@ -211,6 +222,8 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
             TOOLS.append(EXTRA)
         await ctx.session.send_tool_list_changed()
         return text("grown")
+    if name == "big":
+        return text("b" * (int(args["kb"]) * 1024))
     if name == "extra":
         return text("extra here")
     return text(f"unknown tool {name}", is_error=True)

@@ -21,7 +21,7 @@ from dispatcher.mcp.lines import KEEP, LineSplitter, Oversized, oversized_id
 from dispatcher.mcp.tool import capped
 from protocol.canonical import SideEffects, TextBlock, ToolUseBlock
 from tests.dispatcher.support import RecordingPublisher
-from tests.mcp.support import until
+from tests.mcp.support import http_server, until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -161,3 +161,28 @@ async def test_an_oversized_line_without_an_id_ends_the_connection(
         ToolUseBlock(id="p", name="mcp_h_ping", input={}), session, turn_id="t"
     )
     assert text_of(ok) == "pong"
+
+
+async def test_big_results_over_streamable_http_are_capped_not_fatal(tmp_path: Path) -> None:
+    # 2 MiB: over the SDK's own 1 MiB SSE event default, under max_message_bytes.
+    cwd = tmp_path / "srv"
+    cwd.mkdir()
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    dispatcher = ToolDispatcher(RecordingPublisher(), cancel_grace=5.0)
+    session = DispatchSession("s", WorkspaceFileAPI(ws), policy=RulePolicy())
+    with http_server(cwd) as url:
+        config = McpServerConfig(url=url, side_effects=SideEffects.READ, max_result_bytes=4096)
+        manager = McpManager({"t": config}, dispatcher, backoff_base=0.1, stable_after=60)
+        await manager.start(wait=30)
+        try:
+            block = ToolUseBlock(id="b", name="mcp_t_big", input={"kb": 2048})
+            result = await dispatcher.dispatch(block, session, turn_id="t")
+            text = text_of(result)
+            assert not result.is_error, text[:300]
+            assert "bytes omitted" in text and "mcp_servers.t.max_result_bytes" in text
+            assert len(text) < 4096 + 300
+            [state] = manager.states()
+            assert state["state"] == "ready" and state["restarts"] == 0
+        finally:
+            await manager.stop()

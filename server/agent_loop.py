@@ -75,6 +75,7 @@ from protocol.payloads import MessageDelta, ModelRetry
 from server import turn_pipeline
 from server.agents import UnknownAgent, prompt_memories, resolve_agent
 from server.config import Config
+from server.gate_consent import SessionGateConsent
 from server.schemas import InputLimitExceeded, check_json_limits
 from server.store import SessionRecord, Store, TurnFailureReason
 from server.tree_budget import TreeBudgets, TurnBudget
@@ -469,8 +470,12 @@ class _Turn:
         ctx = self.ctx
         if ctx.dry_run:
             return None
+        # Each gate not marked ``auto`` asks first, as a shell command would.
+        consent = SessionGateConsent(
+            ctx.dispatch_session, ctx.dispatcher.broker, ctx.publisher, ctx.turn_id
+        )
         results = await turn_pipeline.run_gates(
-            ctx.dispatch_session, ctx.publisher, turn_id=ctx.turn_id
+            ctx.dispatch_session, ctx.publisher, turn_id=ctx.turn_id, consent=consent
         )
         if not results:
             return None

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dispatcher import DispatchSession
-from dispatcher.pipeline.gates import GateResult, run_quality_gates
+from dispatcher.pipeline.gates import GateConsent, GateResult, run_quality_gates
 from dispatcher.pipeline.hooks import HookContext, HookEvent, HookResult
 from dispatcher.publisher import EventPublisher
 from protocol.canonical import (
@@ -208,16 +208,23 @@ def _block_chars(block: object) -> int:
 
 
 async def run_gates(
-    session: DispatchSession, publisher: EventPublisher, *, turn_id: str
+    session: DispatchSession,
+    publisher: EventPublisher,
+    *,
+    turn_id: str,
+    consent: GateConsent | None = None,
 ) -> list[GateResult]:
     """Run the session's quality gates (none configured: none run) in its
-    workspace and sandbox, and publish each outcome as
+    workspace and sandbox, each after ``consent`` (server/gate_consent.py)
+    unless marked ``auto``, and publish each outcome as
     ``quality_gate.completed``."""
     guardrails = session.guardrails
     gates = guardrails.quality_gates if guardrails is not None else []
     if not gates:
         return []
-    results = await run_quality_gates(gates, session.workspace.workspace_root, session.sandbox)
+    results = await run_quality_gates(
+        gates, session.workspace.workspace_root, session.sandbox, consent=consent
+    )
     for result in results:
         publisher.emit(
             QualityGateCompleted(

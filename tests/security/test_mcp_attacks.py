@@ -366,3 +366,39 @@ async def test_foreign_host_and_origin_are_refused(
         ]
         for headers in allowed:
             await mcp_open(http, path, **headers)
+
+
+async def test_a_call_whose_client_timed_out_is_cancelled_with_its_confirmation(
+    server_factory: ServerFactory, tmp_path: Path
+) -> None:
+    # The SDK's own client: its read timeout sends notifications/cancelled.
+    from mcp import Client, MCPError
+    from mcp.client.streamable_http import streamable_http_client
+
+    relay = server_factory({})
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    async with relay.client(timeout=30) as http:
+        sid = await new_session(http, workspace)
+        stream = await Stream.open(relay.ws_url(f"/sessions/{sid}/events", after=0))
+        async with (
+            httpx2.AsyncClient(headers=relay.headers("mcp-agent"), timeout=60) as agent,
+            Client(
+                streamable_http_client(f"{relay.base_url}/sessions/{sid}/mcp", http_client=agent),
+                mode="legacy",
+            ) as client,
+        ):
+            with pytest.raises(MCPError) as raised:
+                await client.call_tool(
+                    "write_file", {"path": "late.txt", "content": "late\n"}, read_timeout_seconds=2
+                )
+            assert "timed out" in str(raised.value)
+            [request] = stream.of("tool.confirmation_requested") or [
+                await stream.until("tool.confirmation_requested")
+            ]
+            resolved = await stream.until("tool.confirmation_resolved")
+            assert resolved["data"]["decision"] == "cancelled"
+            await approve_late(http, sid, {**request["data"], "turn_id": request["turn_id"]})
+        await stream.close()
+        await asyncio.sleep(1.0)  # anything that would still run has had its chance
+        assert not (workspace / "late.txt").exists()

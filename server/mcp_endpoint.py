@@ -2,9 +2,11 @@
 
 One low-level SDK ``Server`` and one stateful session manager serve every
 toolrelay session; each request names its session in the path and carries
-the bearer token our AuthMiddleware already checked, and every MCP request
-is authorised again (``SessionRegistry.get``), so an MCP session id is worth
-nothing to another token.
+the bearer token our AuthMiddleware already checked. Before the SDK sees a
+request, server/mcp_guard.py checks its Host and Origin (DNS rebinding) and
+names the identity its transport session is bound to (the token's name and
+the session in the path: any POST, GET or DELETE of another gets 404); every
+MCP request is then authorised again (``SessionRegistry.get``).
 
 - ``tools/list``: the session's tools, as ``GET /sessions/{id}/tools`` has them,
   each with its ``outputSchema`` when its definition has an ``output_schema``.
@@ -24,6 +26,12 @@ nothing to another token.
 - A successful call's ``structuredContent`` is the tool's validated
   ``ToolOutput.data``, handed over by ``dispatch(..., on_output=...)``
   whole (events carry structured data only up to the event output limit).
+- An unknown tool is a JSON-RPC error (-32602), not a result.
+- Nothing runs after its client left: a call whose client cancels it, whose
+  transport session ends or whose HTTP connection drops is ended, its
+  pending confirmation settled ``cancelled`` (a late answer gets 409).
+- Clients that listed tools get ``notifications/tools/list_changed`` when
+  the MCP servers' tools change (server/mcp_notify.py).
 """
 
 from __future__ import annotations

@@ -166,7 +166,9 @@ def test_a_placeholder_where_it_cannot_be_data_is_refused_at_load(command: str, 
 # -- end to end: the model's write, the admin's hook, a real server --------------
 
 
-@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is missing")
+@pytest.mark.skipif(
+    shutil.which("bwrap") is None or probe()[0] is None, reason="bubblewrap does not work here"
+)
 async def test_a_written_file_name_does_not_run_in_the_post_edit_hook(
     split: tuple[Path, Path],
 ) -> None:
@@ -177,7 +179,10 @@ async def test_a_written_file_name_does_not_run_in_the_post_edit_hook(
             "post_tool_use": [
                 {
                     "name": "lint",
-                    "command": "printf '<%s>\\n' \"{file}\" '{file}' {file} >> seen.txt",
+                    # The server's config file reads as empty in the sandbox.
+                    "command": "printf '<%s>\\n' \"{file}\" '{file}' {file} >> seen.txt; "
+                    f"test -s {server_root / 'config.yaml'} && echo UNSANDBOXED >> seen.txt; "
+                    "exit 0",
                     "matcher": "write_file",
                 }
             ]

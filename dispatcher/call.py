@@ -245,7 +245,7 @@ class ToolCall:
             )
         elif new is _AWAITING:
             assert self.request is not None, "set the request before asking"
-            self._send(ToolConfirmationRequested(**self.request.event_data()))
+            self._send(request_event(self.request))
         elif new is _PLANNED:
             action = self.planned
             assert action is not None, "record the plan before ending as planned"
@@ -573,6 +573,12 @@ __all__ = [
     "ToolCall",
     "output_text",
 ]
+
+
+def request_event(request: ConfirmationRequest) -> ToolConfirmationRequested:
+    """The one builder of ``tool.confirmation_requested``: a call's question,
+    and (server/gate_consent.py) a quality gate's, which no call carries."""
+    return ToolConfirmationRequested(**request.event_data())
 
 
 def resolution_event(resolution: Resolution, tool_use_id: str) -> ToolConfirmationResolved:

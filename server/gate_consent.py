@@ -33,7 +33,7 @@ import secrets
 from dataclasses import dataclass
 
 from dispatcher import DispatchSession
-from dispatcher.call import resolution_event
+from dispatcher.call import request_event, resolution_event
 from dispatcher.confirmations import (
     ConfirmationBroker,
     ConfirmationRequest,
@@ -48,7 +48,7 @@ from dispatcher.tool import CallRating, GrantScope
 from dispatcher.tools.shell.rules import Analysis
 from dispatcher.tools.shell.tool import ShellTool
 from protocol.canonical import SideEffects
-from protocol.payloads import Payload, ToolConfirmationRequested
+from protocol.payloads import Payload
 
 # The shell's stateless stages (prepare, rate, scope, preview) and its name,
 # under which the policy is asked and grants are kept.
@@ -91,7 +91,7 @@ class SessionGateConsent:
         ):
             return None
         request = await self._request(gate, rating, analysis, scope)
-        self._emit(ToolConfirmationRequested(**request.event_data()))
+        self._emit(request_event(request))
         resolution = await self.broker.ask(request, answer_within=session.confirmation_timeout)
         self._emit(resolution_event(resolution, request.tool_use_id))
         return self._settle(resolution, scope, mode)

@@ -23,9 +23,11 @@ the conversation outgrows ``limits.context_tokens`` (``context_compress``
 hooks), and ``pre_llm_call`` hooks run (exit 2 fails the turn with
 ``blocked_by_hook``); after it ``post_llm_call`` hooks run and the usage is
 added to the session's total (``budget_warning`` hooks once past the warning
-ratio). When the model ends with no tool calls, the quality gates run; a
-failing required gate is given back to the model for one more round (once
-per turn); then ``agent_complete`` hooks run.
+ratio). When the model ends with no tool calls, the quality gates run, each
+asking first as a shell command of the session would unless marked
+``auto`` (server/gate_consent.py); a required gate that ran and failed is
+given back to the model for one more round (once per turn); then
+``agent_complete`` hooks run.
 
 A provider error ends the turn as ``turn.failed`` (reason ``model_error``,
 with the error's kind and message); it never escapes as an exception. A

@@ -112,7 +112,7 @@ class ToolEffects:
     ``unknown``: the tool cannot say (a plugin or MCP tool that writes or runs
     something, a tool whose derivation failed). The other fields then hold
     only what is known for sure, and the guardrails ask a person
-    (specs/pipeline.md, "Declared effects")."""
+    (specs/pipeline.md, "Guardrails": unknown effects)."""
 
     # Files written or created, and files deleted.
     writes: tuple[str, ...] = ()

@@ -1,5 +1,11 @@
 """Layers 1 and 2 of the shell tool: the blocklist and the per-call rating.
 
+This module walks a command line (pipelines, substitutions, nested shells,
+wrappers) and asks, for each simple command, the blocklist (blocklist.py)
+and the rating (rating.py); what it concludes is an ``Analysis``
+(analysis.py). Which programs are what is families.py; how their options
+read, the option table (programs.py).
+
 Both work on the parsed command (see shell_lexer), never on the raw string,
 so quoting, spacing, flag order, ``$IFS``, backslashes, path-qualified
 programs (``/bin/rm``), wrappers (``env``, ``command``, ``exec``, ``nohup``,
@@ -52,18 +58,34 @@ compute a command at run time. The sandbox (layer 4's bubblewrap) is the wall.
 
 from __future__ import annotations
 
-import fnmatch
-import glob
 import os
-import posixpath
-import re
 import shlex
 import shutil
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
 from dispatcher.tool import CallRating
-from dispatcher.tools.shell import programs
+from dispatcher.tools.shell.analysis import (
+    HARMLESS_SINKS,
+    Analysis,
+    Part,
+    Where,
+    max_rating,
+    points_outside,
+)
+from dispatcher.tools.shell.blocklist import BLOCK_DEVICE, check_blocklist, is_critical_path
+from dispatcher.tools.shell.families import (
+    DECODERS,
+    DEV_COMMANDS,
+    FETCHERS,
+    READ_BUT_DEV,
+    SAFE_COMMANDS,
+    SCRIPT_RUNNERS,
+    SHELLS,
+    SUBCOMMAND_PROGRAMS,
+    SYSTEM_BIN_DIRS,
+    TRANSPARENT_WRAPPERS,
+    is_python,
+)
 from dispatcher.tools.shell.lexer import (
     Command,
     Pipeline,
@@ -71,199 +93,18 @@ from dispatcher.tools.shell.lexer import (
     Word,
     expand_braces,
     parse,
-    tokenize,
 )
-from dispatcher.tools.shell.options import Effect, Reading, Spec, read_args, read_find
+from dispatcher.tools.shell.rating import classify, git_subcommand, rate_program
+from dispatcher.tools.shell.unwrap import (
+    ASSIGNMENT,
+    Unwrapped,
+    program_name,
+    unwrap,
+    unwrap_command,
+)
 
 MAX_DEPTH = 8
-_ORDER = {CallRating.SAFE: 0, CallRating.DEV: 1, CallRating.DANGEROUS: 2}
-
-SHELLS = frozenset(
-    {"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "fish", "yash", "csh", "tcsh"}
-)
-SCRIPT_RUNNERS = frozenset({"python", "python2", "python3", "perl", "ruby", "node", "php", "lua"})
-FETCHERS = frozenset(
-    {"curl", "wget", "fetch", "aria2c", "http", "https", "lwp-request", "nc", "ncat"}
-)
-DECODERS = frozenset(
-    {"base64", "base32", "basenc", "xxd", "openssl", "gzip", "gunzip", "zcat", "bzip2", "bzcat",
-     "xz", "xzcat", "unxz", "uudecode", "rev", "tr"}
-)  # fmt: skip
-PRIVILEGE = frozenset({"sudo", "su", "doas", "pkexec", "run0", "sudoedit", "machinectl"})
-POWER = frozenset({"shutdown", "reboot", "halt", "poweroff"})
-FORMATTERS = frozenset({"mkfs", "mke2fs", "mkswap", "wipefs", "mkntfs", "mkdosfs", "mkexfatfs"})
-SYSTEM_DIRS = frozenset(
-    {"bin", "boot", "dev", "etc", "home", "lib", "lib32", "lib64", "libx32", "media", "mnt",
-     "opt", "proc", "root", "run", "sbin", "snap", "srv", "sys", "usr", "var"}
-)  # fmt: skip
-_BLOCK_DEVICE = re.compile(
-    r"^/dev/(?:sd[a-z]|hd[a-z]|vd[a-z]|xvd[a-z]|nvme\d|mmcblk\d|disk\d|dm-\d|md\d|loop\d|"
-    r"sr\d|fd\d|mapper/|mem$|kmem$|port$)"
-)
 _WRITE_REDIRECTS = frozenset({">", ">>", ">|", "&>", "&>>", "<>"})
-_HARMLESS_SINKS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty"})
-_RESERVED = frozenset(
-    {"{", "}", "!", "if", "then", "else", "elif", "fi", "do", "done", "while", "until", "time"}
-)
-_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\[[^]]*\])?\+?=")
-
-_XARGS_VALUE_OPTIONS = frozenset(
-    {"-a", "-d", "-E", "-I", "-L", "-n", "-P", "-s", "--arg-file", "--delimiter", "--eof",
-     "--replace", "--max-lines", "--max-args", "--max-procs", "--max-chars", "--process-slot-var"}
-)  # fmt: skip
-# Wrappers that run the rest of their arguments as a command:
-# name -> (options that take a value, positional arguments before the command).
-_WRAPPERS: dict[str, tuple[frozenset[str], int]] = {
-    "nohup": (frozenset(), 0),
-    "builtin": (frozenset(), 0),
-    "exec": (frozenset({"-a"}), 0),
-    "command": (frozenset(), 0),
-    "nice": (frozenset({"-n", "--adjustment"}), 0),
-    "ionice": (frozenset({"-c", "-n", "-p", "-P", "-u", "--class", "--classdata"}), 0),
-    "timeout": (frozenset({"-s", "--signal", "-k", "--kill-after"}), 1),
-    "stdbuf": (frozenset({"-i", "-o", "-e", "--input", "--output", "--error"}), 0),
-    "setsid": (frozenset(), 0),
-    "unbuffer": (frozenset(), 0),
-    "chronic": (frozenset(), 0),
-    "busybox": (frozenset(), 0),
-    "xargs": (_XARGS_VALUE_OPTIONS, 0),
-    "chroot": (frozenset({"--userspec", "--groups"}), 1),
-    "flock": (frozenset({"-w", "-E", "--timeout", "--conflict-exit-code"}), 1),
-    "taskset": (frozenset(), 1),
-    "strace": (frozenset({"-e", "-o", "-p", "-s", "-u"}), 0),
-    "ltrace": (frozenset({"-e", "-o", "-p", "-s", "-u"}), 0),
-    "caffeinate": (frozenset(), 0),
-}
-
-SAFE_COMMANDS = frozenset(
-    {"ls", "cat", "head", "tail", "wc", "grep", "egrep", "fgrep", "rg", "tree", "file", "which",
-     "echo", "printf", "pwd", "date", "whoami", "id", "uname", "stat", "du", "df", "sort",
-     "uniq", "cut", "tr", "diff", "cmp", "basename", "dirname", "realpath", "readlink", "true",
-     "false", "test", "[", "seq", "nl", "od", "hexdump", "md5sum", "sha1sum", "sha256sum",
-     "sha512sum", "cksum", "column", "jq", "env", "printenv", "type", "locale", "uptime",
-     "free", "nproc", "tac", "rev", "fold", "expand", "comm", "join", "paste", "strings",
-     "sleep", "hostname", ":", "find", "tokei", "ag", "fd"}
-)  # fmt: skip
-# Never safe, though they only read: process listings show other processes'
-# command lines and environments (the server's token, when unsandboxed);
-# pagers run LESSOPEN/LESSKEY programs and shell escapes; cloc runs
-# extractors (--extract-with).
-READ_BUT_DEV = frozenset(
-    {"ps", "pgrep", "pidof", "top", "htop", "atop", "pstree", "lsof", "w", "who", "fuser",
-     "less", "more", "most", "pg", "man", "info", "cloc"}
-)  # fmt: skip
-# Wrappers that run exactly the program they name, adding nothing it could
-# obey: a command behind them is rated as if it stood alone. Every other
-# wrapper (xargs, env with a program, strace, flock, busybox ...) lifts the
-# rating to at least dev.
-TRANSPARENT_WRAPPERS = frozenset({"command", "builtin", "exec", "nice", "timeout", "stdbuf"})
-# Where installed programs live: a path-qualified program elsewhere (./ls,
-# tools/cat) is workspace content, whatever its name.
-SYSTEM_BIN_DIRS = (
-    "/usr/bin/", "/bin/", "/usr/sbin/", "/sbin/", "/usr/local/bin/", "/usr/local/sbin/",
-)  # fmt: skip
-# Programs whose first positional argument is a subcommand: an "allow for
-# session" grant for ``npm test`` does not cover ``npm publish``.
-SUBCOMMAND_PROGRAMS = frozenset(
-    {"git", "npm", "pnpm", "yarn", "npx", "bun", "deno", "cargo", "go", "docker", "podman",
-     "kubectl", "helm", "pip", "pip3", "uv", "poetry", "pipx", "conda", "make", "just", "rake",
-     "bundle", "gem", "composer", "dotnet", "gradle", "gradlew", "mvn", "bazel", "sbt", "tox",
-     "nox", "ninja", "terraform", "apt", "apt-get", "brew", "systemctl", "rustup", "kubectx"}
-)  # fmt: skip
-MAX_GLOB_MATCHES = 256
-DEV_COMMANDS = frozenset(
-    {"pytest", "py.test", "mypy", "ruff", "black", "isort", "flake8", "pylint", "pyright",
-     "eslint", "prettier", "tsc", "jest", "vitest", "mocha", "make", "cmake", "ninja", "meson",
-     "mvn", "gradle", "gradlew", "tox", "nox", "rustfmt", "gofmt", "shellcheck", "tee",
-     "mkdir", "touch", "coverage", "ctest", "bazel", "sbt", "dotnet"}
-)  # fmt: skip
-_GIT_SAFE = frozenset(
-    {"status", "log", "diff", "show", "rev-parse", "ls-files", "blame", "describe", "shortlog",
-     "grep", "ls-tree", "cat-file", "branch", "tag", "remote", "stash", "config", "version",
-     "help", "reflog", "whatchanged", "name-rev", "merge-base", "rev-list", "count-objects",
-     "show-ref", "for-each-ref", "check-ignore", "var"}
-)  # fmt: skip
-_GIT_DEV = frozenset(
-    {"add", "commit", "checkout", "switch", "restore", "stash", "merge", "rebase", "cherry-pick",
-     "revert", "init", "mv", "rm", "reset", "apply", "am", "branch", "tag", "notes", "format-patch"}
-)  # fmt: skip
-_PY_DEV_MODULES = frozenset(
-    {"pytest", "mypy", "ruff", "black", "isort", "flake8", "pylint", "unittest", "pyright",
-     "coverage", "tox", "nox", "doctest", "compileall", "py_compile", "build"}
-)  # fmt: skip
-_PIP_SAFE = frozenset({"list", "show", "freeze", "check", "--version", "-V", "help"})
-
-
-def max_rating(a: CallRating, b: CallRating) -> CallRating:
-    """The stricter of two ratings."""
-    return a if _ORDER[a] >= _ORDER[b] else b
-
-
-@dataclass(frozen=True, slots=True)
-class Where:
-    """Where a command runs: the real paths of the workspace root and of the
-    working directory. With it, arguments are resolved (symlinks included);
-    without it, only their spelling is judged."""
-
-    workspace: str
-    cwd: str
-
-    @classmethod
-    def of(cls, workspace: str, cwd: str | None = None) -> Where:
-        root = os.path.realpath(workspace)
-        return cls(root, os.path.realpath(os.path.join(root, cwd or ".")))
-
-    def contains(self, real: str) -> bool:
-        return real == self.workspace or real.startswith(self.workspace.rstrip(os.sep) + os.sep)
-
-
-@dataclass(frozen=True, slots=True)
-class Part:
-    """One simple command of a line: its scope key (``git status``, ``ls``)
-    and its own rating. A session grant covers a part with the same key and
-    a rating no higher than the granted one."""
-
-    key: str
-    rating: CallRating
-
-
-@dataclass(slots=True)
-class Analysis:
-    """What the rules concluded about one command line.
-
-    ``writes``: the workspace paths, as written (relative to the command's
-    working folder), that the line's redirections, option values (``sort
-    -o.env`` -> ``.env``, ``--output=.env``) and written operands (``tee
-    F``, ``uniq IN OUT``, ``black src``: a folder stands for files under
-    it) would write, in order; a ``cd`` earlier in the line is not
-    followed. Targets outside the workspace are not listed (they rate the
-    line dangerous). ``writes_unknown``: the line writes
-    somewhere no static reading can name (``> $F``, ``file -C``)."""
-
-    blocked: list[str] = field(default_factory=list)
-    rating: CallRating = CallRating.SAFE
-    programs: set[str] = field(default_factory=set)
-    parts: list[Part] = field(default_factory=list)
-    writes: list[str] = field(default_factory=list)
-    writes_unknown: bool = False
-
-    def merge(self, other: Analysis) -> None:
-        for reason in other.blocked:
-            if reason not in self.blocked:
-                self.blocked.append(reason)
-        self.rating = max_rating(self.rating, other.rating)
-        self.programs |= other.programs
-        self.parts.extend(other.parts)
-        self.writes.extend(w for w in other.writes if w not in self.writes)
-        self.writes_unknown = self.writes_unknown or other.writes_unknown
-
-    def lift(self, rating: CallRating) -> None:
-        self.rating = max_rating(self.rating, rating)
-
-    def block(self, reason: str) -> None:
-        if reason not in self.blocked:
-            self.blocked.append(reason)
-        self.rating = CallRating.DANGEROUS
 
 
 def analyze(
@@ -326,159 +167,28 @@ def rate_command(
     return result
 
 
-@dataclass(slots=True)
-class _Unwrapped:
-    argv: list[Word]
-    wrappers: list[str] = field(default_factory=list)
-    # A VAR=value in front of the program (or given to env, or env -i/-u).
-    assigns: bool = False
-    # What runs when argv is empty: env printing, `command -v`, nothing.
-    label: str = "(no program)"
-
-
-def unwrap(words: list[Word], depth: int = 0) -> list[Word]:
-    """The words of the program that actually runs: reserved words,
-    assignments and wrappers (env, command, exec, nohup, timeout ...) removed."""
-    return _unwrap(words, depth).argv
-
-
-def _unwrap(words: list[Word], depth: int) -> _Unwrapped:
-    info = _Unwrapped([])
-    i = 0
-    while i < len(words):
-        w = words[i]
-        text = w.text
-        if text == "function" and not w.quoted:
-            i += 2  # `function name { body }`: the body follows
-            continue
-        if text in _RESERVED and not w.quoted:
-            i += 1
-            continue
-        if _ASSIGNMENT.match(text):
-            info.assigns = True
-            i += 1
-            continue
-        name = posixpath.basename(text)
-        if name == "env":
-            info.wrappers.append("env")
-            info.label = "env"
-            i += 1
-            while i < len(words):
-                opt = words[i].text
-                if opt in ("-u", "--unset", "-C", "--chdir"):
-                    info.assigns = True
-                    i += 2
-                elif opt in ("-S", "--split-string") or opt.startswith(("-S", "--split-string=")):
-                    # env -S 'rm -rf /' splits its argument into a command line.
-                    if opt in ("-S", "--split-string"):
-                        split = words[i + 1].text if i + 1 < len(words) else ""
-                        i += 2
-                    else:
-                        split = opt.split("=", 1)[1] if opt.startswith("--") else opt[2:]
-                        i += 1
-                    extra = [t for t in tokenize(split, depth=depth + 1) if isinstance(t, Word)]
-                    inner = _unwrap(extra + words[i:], depth + 1)
-                    inner.wrappers[:0] = info.wrappers
-                    inner.assigns = True
-                    return inner
-                elif opt == "--":
-                    i += 1
-                    break
-                elif opt.startswith("-") or _ASSIGNMENT.match(opt):
-                    info.assigns = True
-                    i += 1
-                else:
-                    break
-            continue
-        if name == "command" and i + 1 < len(words) and words[i + 1].text in ("-v", "-V"):
-            info.label = "command -v"
-            return info  # only looks a name up
-        wrapper = _WRAPPERS.get(name)
-        if wrapper is None or w.dynamic:
-            info.argv = words[i:]
-            return info
-        info.wrappers.append(name)
-        takes_value, positionals = wrapper
-        i += 1
-        while i < len(words):
-            opt = words[i].text
-            if opt == "--":
-                i += 1
-                break
-            if not opt.startswith("-") or opt == "-":
-                break
-            i += 2 if opt in takes_value else 1
-        i += positionals
-    return info
-
-
-def program_name(word: Word) -> str:
-    """The program a command word names, without its directory (``/bin/rm`` -> ``rm``)."""
-    return posixpath.basename(word.text)
-
-
 def _analyze_command(
     cmd: Command, pipeline: Pipeline, index: int, depth: int, where: Where | None
 ) -> Analysis:
+    """One simple command of ``pipeline``: its redirections, what stands in
+    front of its program (assignments, wrappers), then the program with its
+    arguments, fed items and nested scripts."""
     result = Analysis()
-    writes: list[str] = []
-    stdin_texts: list[str] = []
-    for redirect in cmd.redirects:
-        target = redirect.target.text if redirect.target is not None else ""
-        if redirect.op in _WRITE_REDIRECTS or _writes_file(redirect.op, target):
-            if _BLOCK_DEVICE.match(target):
-                result.block(f"writing to the block device {target}")
-            elif target not in _HARMLESS_SINKS:
-                writes.append(target)
-        if redirect.op == "<<<":
-            stdin_texts.append(target)
-        elif redirect.heredoc is not None:
-            stdin_texts.append(redirect.heredoc)
-        elif (
-            redirect.op in ("<", "<>")
-            or (redirect.op in (">&", "<&") and not target.isdigit() and target != "-")
-        ) and (redirect.target is not None and _points_outside(redirect.target, where)):
-            # Reading a file is only a safe read inside the workspace.
-            result.lift(CallRating.DANGEROUS)
+    writes, stdin_texts = _read_redirects(result, cmd, where)
     # Brace expansion first: `rm -rf /{,}` is `rm -rf / /`.
     words = [
         Word(text, w.dynamic, w.substitutions, w.quoted)
         for w in cmd.words
         for text in expand_braces(w.text)
     ]
-    unwrapped = _unwrap(words, depth)
+    unwrapped = unwrap_command(words, depth)
     argv = unwrapped.argv
-    # What the wrappers and assignments in front say: `xargs -a /etc/passwd`,
-    # `HOME=/tmp/x git ...` point outside as much as any argument does.
-    for word in words[: len(words) - len(argv)]:
-        value = word.text.split("=", 1)[1] if _ASSIGNMENT.match(word.text) else word.text
-        if _points_outside(Word(value, word.dynamic), where):
-            result.lift(CallRating.DANGEROUS)
-    wrapped = [w for w in unwrapped.wrappers if w not in TRANSPARENT_WRAPPERS]
-    if not argv and wrapped == ["env"] and not unwrapped.assigns:
-        wrapped = []  # a bare `env` only prints the (scrubbed) environment
-    if unwrapped.assigns or wrapped:
-        # Programs obey their environment (PATH=.; ls runs ./ls), and every
-        # wrapper but the transparent ones adds behaviour of its own.
-        result.lift(CallRating.DEV)
-    # The grant key names the wrappers and variables too: a grant for `ls` is
-    # not one for `xargs ls` or `PATH=... ls`.
-    assigned = [
-        w.text.split("=", 1)[0] + "="
-        for w in words[: len(words) - len(argv)]
-        if _ASSIGNMENT.match(w.text)
-    ]
-    prefix = "".join(f"{w} " for w in [*assigned, *wrapped])
+    prefix, wrapped = _rate_prefix(result, words[: len(words) - len(argv)], unwrapped, where)
     if not argv:
-        _rate_writes(result, writes, where)
-        if unwrapped.label == "(no program)" and not (writes or cmd.redirects or wrapped):
-            if unwrapped.assigns:
-                result.parts.append(Part("(assignment)", result.rating))
-            return result  # `{` or `then` alone runs nothing by itself
-        label = prefix.strip() if unwrapped.label == "(no program)" and wrapped else unwrapped.label
-        result.parts.append(Part(label, result.rating))
-        return result
-    head = argv[0]
+        return _without_program(
+            result, unwrapped, writes, bool(cmd.redirects), wrapped, prefix, where
+        )
+    head, args = argv[0], argv[1:]
     if head.dynamic:
         # The program's name is computed at run time: nothing can vouch for it.
         result.lift(CallRating.DANGEROUS)
@@ -487,10 +197,9 @@ def _analyze_command(
         result.parts.append(Part("= " + " ".join(w.text for w in argv), result.rating))
         return result
     prog = program_name(head)
-    args = argv[1:]
     result.programs.add(prog)
     feed = _fed_items(unwrapped, pipeline, index, stdin_texts, depth)
-    _blocklist(result, prog, args + [Word(t) for t in feed])
+    check_blocklist(result, prog, args + [Word(t) for t in feed])
     _runs_commands(result, prog, args, depth, where)
     nested = _nested_script(prog, args)
     if nested is not None:
@@ -500,13 +209,9 @@ def _analyze_command(
     elif _reads_script_from_stdin(prog, args):
         _check_stdin_feed(result, prog, pipeline, index, stdin_texts, depth)
         result.lift(CallRating.DANGEROUS)
-    if prog in SHELLS | SCRIPT_RUNNERS | {"source", ".", "eval"}:
-        for word in args:
-            for inner_text in word.substitutions:
-                if analyze(inner_text, depth + 1).programs & FETCHERS:
-                    result.block(f"running downloaded code with {prog}")
+    _check_substituted_downloads(result, prog, args, depth)
     if nested is None:
-        rating, effects = _classify(prog, args, where)
+        rating, effects = rate_program(prog, args, where)
         result.lift(rating)
         _note_writes(result, effects.writes, where)
         result.writes_unknown = result.writes_unknown or effects.writes_unknown
@@ -515,6 +220,90 @@ def _analyze_command(
     _rate_writes(result, writes, where)
     result.parts.append(Part(prefix + scope_key(head, args), result.rating))
     return result
+
+
+def _read_redirects(
+    result: Analysis, cmd: Command, where: Where | None
+) -> tuple[list[str], list[str]]:
+    """The files ``cmd``'s redirections write (a block device blocks the
+    line) and the texts they feed its stdin (here-strings, here-docs)."""
+    writes: list[str] = []
+    stdin_texts: list[str] = []
+    for redirect in cmd.redirects:
+        target = redirect.target.text if redirect.target is not None else ""
+        if redirect.op in _WRITE_REDIRECTS or _writes_file(redirect.op, target):
+            if BLOCK_DEVICE.match(target):
+                result.block(f"writing to the block device {target}")
+            elif target not in HARMLESS_SINKS:
+                writes.append(target)
+        if redirect.op == "<<<":
+            stdin_texts.append(target)
+        elif redirect.heredoc is not None:
+            stdin_texts.append(redirect.heredoc)
+        elif (
+            redirect.op in ("<", "<>")
+            or (redirect.op in (">&", "<&") and not target.isdigit() and target != "-")
+        ) and (redirect.target is not None and points_outside(redirect.target, where)):
+            # Reading a file is only a safe read inside the workspace.
+            result.lift(CallRating.DANGEROUS)
+    return writes, stdin_texts
+
+
+def _rate_prefix(
+    result: Analysis, front: list[Word], unwrapped: Unwrapped, where: Where | None
+) -> tuple[str, list[str]]:
+    """Rate the words in front of the program (``front``: assignments and
+    wrappers with their options); return the scope key's prefix naming them
+    and the wrappers that are not transparent."""
+    # `xargs -a /etc/passwd`, `HOME=/tmp/x git ...` point outside as much as
+    # any argument does.
+    for word in front:
+        value = word.text.split("=", 1)[1] if ASSIGNMENT.match(word.text) else word.text
+        if points_outside(Word(value, word.dynamic), where):
+            result.lift(CallRating.DANGEROUS)
+    wrapped = [w for w in unwrapped.wrappers if w not in TRANSPARENT_WRAPPERS]
+    if not unwrapped.argv and wrapped == ["env"] and not unwrapped.assigns:
+        wrapped = []  # a bare `env` only prints the (scrubbed) environment
+    if unwrapped.assigns or wrapped:
+        # Programs obey their environment (PATH=.; ls runs ./ls), and every
+        # wrapper but the transparent ones adds behaviour of its own.
+        result.lift(CallRating.DEV)
+    # The grant key names the wrappers and variables too: a grant for `ls` is
+    # not one for `xargs ls` or `PATH=... ls`.
+    assigned = [w.text.split("=", 1)[0] + "=" for w in front if ASSIGNMENT.match(w.text)]
+    return "".join(f"{w} " for w in [*assigned, *wrapped]), wrapped
+
+
+def _without_program(
+    result: Analysis,
+    unwrapped: Unwrapped,
+    writes: list[str],
+    redirects: bool,
+    wrapped: list[str],
+    prefix: str,
+    where: Where | None,
+) -> Analysis:
+    """A simple command that names no program: an assignment, a bare
+    ``env``, ``command -v``, a redirection alone or a reserved word."""
+    _rate_writes(result, writes, where)
+    if unwrapped.label == "(no program)" and not (writes or redirects or wrapped):
+        if unwrapped.assigns:
+            result.parts.append(Part("(assignment)", result.rating))
+        return result  # `{` or `then` alone runs nothing by itself
+    label = prefix.strip() if unwrapped.label == "(no program)" and wrapped else unwrapped.label
+    result.parts.append(Part(label, result.rating))
+    return result
+
+
+def _check_substituted_downloads(result: Analysis, prog: str, args: list[Word], depth: int) -> None:
+    """Block an interpreter given a download's output as an argument:
+    ``sh -c "$(curl ...)"``, ``eval $(wget -O- ...)``."""
+    if prog not in SHELLS | SCRIPT_RUNNERS | {"source", ".", "eval"}:
+        return
+    for word in args:
+        for inner_text in word.substitutions:
+            if analyze(inner_text, depth + 1).programs & FETCHERS:
+                result.block(f"running downloaded code with {prog}")
 
 
 def _foreign_program(head: Word, where: Where | None) -> bool:
@@ -541,11 +330,9 @@ def scope_key(head: Word, args: list[Word]) -> str:
     name = head.text if "/" in head.text else prog
     texts = [a.text for a in args]
     if prog == "git":
-        i = 0
-        while i < len(texts) and texts[i].startswith("-"):
-            i += 2 if texts[i] in ("-C", "--git-dir", "--work-tree", "--namespace") else 1
-        return f"{name} {texts[i]}" if i < len(texts) else name
-    interpreter = prog in SHELLS or prog in SCRIPT_RUNNERS or re.fullmatch(r"python[0-9.]*", prog)
+        i = git_subcommand(texts)
+        return f"{name} {texts[i]}" if i is not None else name
+    interpreter = prog in SHELLS or prog in SCRIPT_RUNNERS or is_python(prog)
     if interpreter:
         for k, t in enumerate(texts):
             if t in ("-m", "-c", "-e", "-r", "-E") and k + 1 < len(texts):
@@ -562,7 +349,7 @@ def scope_key(head: Word, args: list[Word]) -> str:
 
 
 def _fed_items(
-    unwrapped: _Unwrapped,
+    unwrapped: Unwrapped,
     pipeline: Pipeline,
     index: int,
     stdin_texts: list[str],
@@ -664,7 +451,7 @@ def _writes_file(op: str, target: str) -> bool:
 
 def _rate_writes(result: Analysis, writes: list[str], where: Where | None = None) -> None:
     for target in writes:
-        outside = "$" in target or _points_outside(Word(target), where)
+        outside = "$" in target or points_outside(Word(target), where)
         result.lift(CallRating.DANGEROUS if outside else CallRating.DEV)
     _note_writes(result, writes, where)
 
@@ -674,7 +461,7 @@ def _note_writes(result: Analysis, writes: list[str], where: Where | None) -> No
     for target in writes:
         if "$" in target:
             result.writes_unknown = True
-        elif not _points_outside(Word(target), where) and target not in result.writes:
+        elif not points_outside(Word(target), where) and target not in result.writes:
             result.writes.append(target)
 
 
@@ -699,11 +486,7 @@ def _nested_script(prog: str, args: list[Word]) -> str | None:
 
 def _reads_script_from_stdin(prog: str, args: list[Word]) -> bool:
     """An interpreter with no script argument (or ``-s``/``-``) runs its stdin."""
-    if (
-        prog not in SHELLS
-        and prog not in SCRIPT_RUNNERS
-        and not re.fullmatch(r"python[0-9.]*", prog)
-    ):
+    if prog not in SHELLS and prog not in SCRIPT_RUNNERS and not is_python(prog):
         return False
     positional = [a.text for a in args if not a.text.startswith("-") or a.text == "-"]
     flags = [a.text for a in args if a.text.startswith("-")]
@@ -753,414 +536,10 @@ def _skip_options(args: list[Word], takes_value: frozenset[str]) -> list[Word]:
     return args[i:]
 
 
-# -- layer 1: the blocklist -------------------------------------------------
-
-
-def _blocklist(result: Analysis, prog: str, args: list[Word]) -> None:
-    texts = [a.text for a in args]
-    if prog in PRIVILEGE:
-        result.block(f"{prog}: changing privileges is never allowed")
-    if prog == "rm":
-        reason = _rm_reason(texts)
-        if reason:
-            result.block(reason)
-    elif prog == "chmod":
-        if any(_is_world_writable_mode(t) for t in texts):
-            result.block("chmod 777 (world-writable permissions)")
-    elif prog == "dd":
-        for t in texts:
-            if t.startswith("of=") and _BLOCK_DEVICE.match(t[3:]):
-                result.block(f"dd onto the block device {t[3:]}")
-    elif prog in FORMATTERS or prog.startswith("mkfs."):
-        result.block(f"{prog}: formatting file systems is never allowed")
-    elif prog in ("tee", "cp", "shred", "mv", "ln", "install"):
-        for t in texts:
-            if _BLOCK_DEVICE.match(t):
-                result.block(f"{prog} onto the block device {t}")
-    elif prog == "pkill":
-        if _has_kill_signal(texts) and _has_flag(texts, "f", "--full"):
-            result.block("pkill -9 -f (kills every process whose command line matches)")
-    elif prog == "killall":
-        if _has_kill_signal(texts):
-            result.block("killall -9")
-    elif prog == "kill":
-        if _has_kill_signal(texts) and "-1" in texts:
-            result.block("kill -9 -1 (kills every process)")
-    elif prog in POWER:
-        result.block(f"{prog}: stopping the machine is never allowed")
-    elif prog in ("init", "telinit") and any(t in ("0", "6") for t in texts):
-        result.block(f"{prog} {texts[0]}: stopping the machine is never allowed")
-    elif prog == "systemctl" and any(
-        t in ("poweroff", "reboot", "halt", "kexec", "suspend", "hibernate") for t in texts
-    ):
-        result.block("systemctl power actions are never allowed")
-
-
-def _rm_reason(texts: list[str]) -> str | None:
-    recursive = False
-    no_preserve = False
-    targets: list[str] = []
-    options_done = False
-    for t in texts:
-        if not options_done and t == "--":
-            options_done = True
-        elif not options_done and t.startswith("--"):
-            recursive = recursive or t == "--recursive"
-            no_preserve = no_preserve or t == "--no-preserve-root"
-        elif not options_done and t.startswith("-") and len(t) > 1:
-            recursive = recursive or "r" in t or "R" in t
-        else:
-            targets.append(t)
-    if no_preserve:
-        return "rm --no-preserve-root"
-    if not recursive:
-        return None
-    for t in targets:
-        if is_critical_path(t):
-            return f"rm -r of {t!r} (the root, a home folder or a system folder)"
-    return None
-
-
-def is_critical_path(path: str) -> bool:
-    """/, ~, a top-level system folder, or a glob of one of them."""
-    if path.startswith("~"):
-        rest = path[1:]
-        if rest and not rest.startswith("/"):
-            rest = "/" + rest.partition("/")[2]  # ~user/... : that user's home
-        normal = posixpath.normpath("/" + rest.strip("/")) if rest.strip("/") else "/"
-        return normal in ("/", "/*", "/.*")
-    if not path.startswith("/"):
-        return False
-    normal = posixpath.normpath(re.sub("/+", "/", path))
-    if normal in ("/", "/*", "/.*"):
-        return True
-    parts = normal.strip("/").split("/")
-    top = parts[0]
-    # A glob at the top level (/[a-z]*, /???) is critical when it can match a
-    # system folder.
-    if (
-        top in SYSTEM_DIRS
-        or top in ("*", ".*")
-        or (_GLOB.search(top) and any(fnmatch.fnmatchcase(d, top) for d in SYSTEM_DIRS))
-    ):
-        return len(parts) == 1 or (len(parts) == 2 and parts[1] in ("*", ".*"))
-    return False
-
-
-def _is_world_writable_mode(mode: str) -> bool:
-    if re.fullmatch(r"0*[0-7]?777", mode):
-        return True
-    m = re.fullmatch(r"([ugoa]*)[+=]rwx[Xst]*", mode)
-    return m is not None and (m[1] in ("", "a") or set(m[1]) >= {"u", "g", "o"})
-
-
-def _has_kill_signal(texts: list[str]) -> bool:
-    names = {"9", "KILL", "SIGKILL"}
-    for i, t in enumerate(texts):
-        if t in ("-9", "-KILL", "-SIGKILL", "-s9", "-sKILL", "-sSIGKILL"):
-            return True
-        if t in ("-s", "--signal", "-n") and i + 1 < len(texts) and texts[i + 1] in names:
-            return True
-        if t.startswith("--signal=") and t.split("=", 1)[1] in names:
-            return True
-    return False
-
-
-def _has_flag(texts: list[str], short: str, long: str) -> bool:
-    for t in texts:
-        if t == long:
-            return True
-        if t.startswith("-") and not t.startswith("--") and short in t[1:] and not t[1:].isdigit():
-            return True
-    return False
-
-
-# -- layer 2: the rating ----------------------------------------------------
-
-
-def classify(prog: str, args: list[Word], where: Where | None = None) -> CallRating:
-    """safe / dev / dangerous for one program and its arguments."""
-    return _classify(prog, args, where)[0]
-
-
-@dataclass(slots=True)
-class OptionEffects:
-    """What a program's options and operands do, read against the option
-    table (dispatcher/tools/shell/programs.py): the rating they call for
-    and the paths they write."""
-
-    rating: CallRating = CallRating.SAFE
-    writes: list[str] = field(default_factory=list)
-    writes_unknown: bool = False
-
-    def lift(self, rating: CallRating) -> None:
-        self.rating = max_rating(self.rating, rating)
-
-
-def _classify(prog: str, args: list[Word], where: Where | None) -> tuple[CallRating, OptionEffects]:
-    texts = [a.text for a in args]
-    effects = option_effects(prog, texts, where)
-    rating = max_rating(_base_rating(prog, texts), effects.rating)
-    if rating is not CallRating.DANGEROUS and any(_points_outside(a, where) for a in args):
-        rating = CallRating.DANGEROUS
-    if rating is CallRating.SAFE and any(a.dynamic for a in args):
-        # Unknown arguments to a read command: still only reads, but where?
-        rating = CallRating.DEV
-    return rating, effects
-
-
-def option_effects(prog: str, texts: list[str], where: Where | None = None) -> OptionEffects:
-    """The rating ``prog``'s options and operands call for, and what they write.
-
-    - an option the table does not know (for a program rated safe, whose
-      entry lists every option) or that getopt would reject: at least dev.
-      A safe command runs unasked, so its arguments must be fully
-      understood: an unknown option may be newer than the table, may take
-      a value that hides the next option, and nobody has checked what it
-      does. Dev asks; the cost is a question for a rare option;
-    - a long-option prefix matching several options: dangerous (a program
-      version with fewer options would read it as one of them);
-    - a write (option value or operand): dev, dangerous outside the
-      workspace; a folder for temporary files likewise;
-    - running a program the arguments choose, deleting, changing the
-      machine: dangerous; running fixed helpers, following links: dev;
-    - a file read by an option's value, outside the workspace: dangerous.
-    """
-    found = OptionEffects()
-    spec, reading = _read(prog, texts)
-    if spec is None or reading is None:
-        return found
-    if reading.unknown:
-        found.lift(CallRating.DEV)
-    if reading.ambiguous:
-        found.lift(CallRating.DANGEROUS)
-    for effect, option in reading.effects(spec):
-        _apply(found, effect, option.value, where)
-    for operand in _written_operands(spec, reading):
-        _apply(found, Effect.WRITES, operand, where)
-    if spec.operands is not None and reading.operands:
-        _apply(found, spec.operands, None, where)
-    if prog == "date" and any(not o.startswith("+") for o in reading.operands):
-        found.lift(CallRating.DANGEROUS)  # date MMDDhhmm sets the clock
-    return found
-
-
-def _read(prog: str, texts: list[str]) -> tuple[Spec | None, Reading | None]:
-    """The table entry of ``prog`` (find, git and pip included) and its reading."""
-    if prog == "find":
-        return _FIND_AS_SPEC, read_find(programs.FIND, texts)
-    if prog == "git":
-        i = _git_subcommand(texts)
-        if i is None:
-            return None, None
-        git = programs.GIT_GREP if texts[i] == "grep" else programs.GIT
-        return git, read_args(git, texts[i + 1 :])
-    if prog in ("pip", "pip3"):
-        return programs.PIP, read_args(programs.PIP, texts[1:])
-    entry = programs.SAFE_SPECS.get(prog) or programs.DEV_SPECS.get(prog)
-    return entry, (read_args(entry, texts) if entry is not None else None)
-
-
-_FIND_AS_SPEC = Spec(effects=programs.FIND.effects)
-
-
-def _apply(found: OptionEffects, effect: Effect, value: str | None, where: Where | None) -> None:
-    dev, dangerous = CallRating.DEV, CallRating.DANGEROUS
-    if effect in (Effect.RUNS, Effect.SYSTEM, Effect.DELETES):
-        found.lift(dangerous)
-    elif effect in (Effect.HELPERS, Effect.FOLLOWS):
-        found.lift(dev)
-    elif effect is Effect.CREATES:
-        found.lift(dev)
-        found.writes_unknown = True
-    elif effect is Effect.READS:
-        if value and _points_outside(Word(value), where):
-            found.lift(dangerous)
-    elif effect in (Effect.WRITES, Effect.CREATES_IN):
-        _apply_write(found, effect, value, where)
-
-
-def _apply_write(
-    found: OptionEffects, effect: Effect, value: str | None, where: Where | None
-) -> None:
-    if value in _HARMLESS_SINKS:
-        return
-    if not value or "$" in value or _points_outside(Word(value), where):
-        found.lift(CallRating.DANGEROUS)
-        found.writes_unknown = found.writes_unknown or not value or "$" in value
-        return
-    found.lift(CallRating.DEV)
-    if effect is Effect.WRITES and value not in found.writes:
-        found.writes.append(value)
-
-
-def _written_operands(spec: Spec, reading: Reading) -> list[str]:
-    """Operands the program writes: always (tee, uniq OUT), unless an
-    option keeps them (black --check), or only with an option (gofmt -w)."""
-    given = {e for e, _ in reading.effects(spec)}
-    if Effect.KEEPS_OPERANDS in given:
-        return []
-    if Effect.WRITES_OPERANDS in given:
-        return reading.operands[spec.operands_written or 0 :]
-    if spec.operands_written is None or Effect.WRITES_OPERANDS in spec.effects.values():
-        return []
-    return reading.operands[spec.operands_written :]
-
-
-def _base_rating(prog: str, texts: list[str]) -> CallRating:
-    # Options and operands are rated from the option table (option_effects).
-    if prog in SAFE_COMMANDS:
-        return CallRating.SAFE
-    if prog in READ_BUT_DEV:
-        return CallRating.DEV
-    if prog == "git":
-        return _git_rating(texts)
-    if re.fullmatch(r"python[0-9.]*", prog):
-        return _python_rating(texts)
-    if prog in ("pip", "pip3"):
-        return CallRating.SAFE if texts and texts[0] in _PIP_SAFE else CallRating.DANGEROUS
-    if prog == "node":
-        return CallRating.SAFE if texts in (["--version"], ["-v"]) else CallRating.DANGEROUS
-    if prog in ("npm", "pnpm", "yarn"):
-        return _js_package_rating(texts)
-    # cargo and go read workspace configuration that runs programs
-    # (.cargo/config.toml's rustc-wrapper, go.mod's toolchain): never safe.
-    if prog == "cargo":
-        return _sub_rating(
-            texts,
-            set(),
-            {"--version", "-V", "version", "tree", "metadata", "build", "check", "test",
-             "clippy", "fmt", "doc", "bench", "run"},
-        )  # fmt: skip
-    if prog == "go":
-        return _sub_rating(
-            texts, set(), {"version", "env", "list", "doc", "build", "test", "vet", "fmt", "run"}
-        )
-    if prog == "docker":
-        return _sub_rating(texts, set(), {"ps", "images", "version", "info", "logs", "inspect"})
-    if prog == "kubectl":
-        return _sub_rating(texts, set(), {"get", "describe", "logs", "version", "top", "explain"})
-    if prog in DEV_COMMANDS:
-        return CallRating.DEV
-    return CallRating.DANGEROUS
-
-
-def _sub_rating(texts: list[str], safe: set[str], dev: set[str]) -> CallRating:
-    sub = texts[0] if texts else ""
-    if sub in safe:
-        return CallRating.SAFE
-    if sub in dev:
-        return CallRating.DEV
-    return CallRating.DANGEROUS
-
-
-def _python_rating(texts: list[str]) -> CallRating:
-    if texts in (["--version"], ["-V"]):
-        return CallRating.SAFE
-    if len(texts) >= 2 and texts[0] == "-m":
-        module = texts[1]
-        # -m imports from the working directory first: a workspace `pip.py`
-        # would run, so even `python -m pip list` is not a safe read.
-        if module in _PY_DEV_MODULES or (module == "pip" and texts[2:3] and texts[2] in _PIP_SAFE):
-            return CallRating.DEV
-    return CallRating.DANGEROUS
-
-
-def _js_package_rating(texts: list[str]) -> CallRating:
-    # Never safe: yarn runs the workspace's `yarnPath` script for any command,
-    # npm and pnpm read the workspace's .npmrc.
-    sub = texts[0] if texts else ""
-    if sub in ("ls", "list", "--version", "-v", "help", "run", "run-script", "test", "t"):
-        return CallRating.DEV
-    return CallRating.DANGEROUS
-
-
-def _git_rating(texts: list[str]) -> CallRating:
-    """git from the shell is dev at least: the workspace's own ``.git/config``
-    (or a workspace crafted to look like a git directory) can make even
-    ``git status`` run programs (``core.fsmonitor``, filters, ``core.pager``,
-    ``diff.external``, textconv). The git *tools* are the safe way to read a
-    repository: they pin all of that. Only ``git --version`` stays safe."""
-    if any(t.startswith(("-c", "--config-env", "--exec-path")) for t in _git_globals(texts)):
-        return CallRating.DANGEROUS  # -c can set an alias or pager that runs any program
-    if texts in (["--version"], ["version"]):
-        return CallRating.SAFE
-    i = _git_subcommand(texts)
-    if i is None:
-        return CallRating.DEV
-    sub, rest = texts[i], texts[i + 1 :]
-    if sub in ("push", "clean", "fetch", "pull", "clone", "filter-branch", "gc", "prune"):
-        return CallRating.DANGEROUS
-    if sub == "reset" and "--hard" in rest:
-        return CallRating.DANGEROUS
-    if sub == "config":
-        reads = {"--get", "--get-all", "--get-regexp", "--list", "-l"}
-        return CallRating.DEV if reads & set(rest) else CallRating.DANGEROUS
-    # Options that write or run (--output, --ext-diff, grep -O): option_effects.
-    if sub in _GIT_SAFE or sub in _GIT_DEV:
-        return CallRating.DEV
-    return CallRating.DANGEROUS
-
-
-_GIT_VALUED = frozenset({"-C", "--git-dir", "--work-tree", "--namespace"})
-
-
-def _git_globals(texts: list[str]) -> list[str]:
-    """git's own options, before the subcommand (exact names: git's
-    top-level parser takes no abbreviations)."""
-    i = _git_subcommand(texts)
-    return texts[: len(texts) if i is None else i]
-
-
-def _git_subcommand(texts: list[str]) -> int | None:
-    """The index of git's subcommand, None if there is none."""
-    i = 0
-    while i < len(texts) and texts[i].startswith("-"):
-        i += 2 if texts[i] in _GIT_VALUED else 1
-    return i if i < len(texts) else None
-
-
-def _points_outside(word: Word, where: Where | None = None) -> bool:
-    """An argument naming a path outside the workspace: absolute, ``~``,
-    ``..`` escaping, a glob component that can match ``..``, or (with
-    ``where``) a path that resolves through a symlink out of it."""
-    text = word.text
-    if text.startswith("--") and "=" in text:
-        text = text.split("=", 1)[1]
-    elif text.startswith("-"):
-        # A value glued to a short option: -f/etc/passwd, -f~/x, -f../x.
-        cut = min((k for k in (text.find("/"), text.find("~")) if k > 0), default=-1)
-        if cut == -1 and ".." not in text:
-            return False
-        text = text[cut:] if cut != -1 else text[text.index("..") :]
-    if text in _HARMLESS_SINKS or not text:
-        return False
-    if text.startswith(("/", "~")):
-        return True
-    components = text.split("/")
-    if any(_GLOB.search(c) and fnmatch.fnmatchcase("..", c) for c in components):
-        return True
-    if where is None:
-        return ".." in components
-    target = os.path.normpath(os.path.join(where.cwd, text))
-    if not where.contains(target):
-        return True
-    if _GLOB.search(text):
-        matches = glob.glob(glob.escape(where.cwd) + "/" + text)[:MAX_GLOB_MATCHES]
-        return any(not where.contains(os.path.realpath(m)) for m in matches)
-    return not where.contains(os.path.realpath(os.path.join(where.cwd, text)))
-
-
-_GLOB = re.compile(r"[*?\[]")
-
-
-_BRANCH_VIEW_FLAGS = frozenset(
-    {"-a", "-r", "-v", "-vv", "--list", "-l", "--show-current", "--all", "--remotes",
-     "--merged", "--no-merged", "--contains", "--verbose"}
-)  # fmt: skip
-
-
 __all__ = [
+    "DEV_COMMANDS",
+    "READ_BUT_DEV",
+    "SAFE_COMMANDS",
     "Analysis",
     "Part",
     "ShellSyntaxInvalid",
@@ -1169,6 +548,7 @@ __all__ = [
     "classify",
     "is_critical_path",
     "max_rating",
+    "program_name",
     "rate_command",
     "scope_key",
     "unwrap",

@@ -50,7 +50,8 @@ from dispatcher.tool import BaseTool
 from dispatcher.tools import ApplyPatchTool, ShellTool, WriteFileTool
 from dispatcher.tools.files.textdiff import changed_lines, unified_file_diff
 from dispatcher.tools.patch.diff_parse import parse_unified_diff
-from dispatcher.tools.shell.lexer import ShellSyntaxInvalid, Word, parse
+from dispatcher.tools.shell.script import parse
+from dispatcher.tools.shell.tokens import ShellSyntaxInvalid, Word
 from dispatcher.workspace import WorkspaceFileAPI
 from protocol.canonical import SideEffects
 

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 
 from dispatcher.tool import CallRating
-from dispatcher.tools.shell.lexer import Word
+from dispatcher.tools.shell.tokens import Word
 
 _ORDER = {CallRating.SAFE: 0, CallRating.DEV: 1, CallRating.DANGEROUS: 2}
 HARMLESS_SINKS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty"})

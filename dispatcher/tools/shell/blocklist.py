@@ -17,7 +17,7 @@ import re
 
 from dispatcher.tools.shell.analysis import GLOB, Analysis
 from dispatcher.tools.shell.families import FORMATTERS, POWER, PRIVILEGE, SYSTEM_DIRS
-from dispatcher.tools.shell.lexer import Word
+from dispatcher.tools.shell.tokens import Word
 
 BLOCK_DEVICE = re.compile(
     r"^/dev/(?:sd[a-z]|hd[a-z]|vd[a-z]|xvd[a-z]|nvme\d|mmcblk\d|disk\d|dm-\d|md\d|loop\d|"

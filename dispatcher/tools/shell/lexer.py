@@ -1,5 +1,5 @@
-"""A POSIX-shell lexer and parser, just deep enough to see which programs a
-command line runs and with which arguments.
+"""A POSIX-shell lexer, just deep enough to see which programs a command
+line runs and with which arguments (the parser on top is script.py).
 
 It undoes what a shell undoes before running anything, so tricks that hide a
 word from a naive pattern match do not hide it from the blocklist: quoting
@@ -19,14 +19,15 @@ rather than guess how the real shell would read it.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+
+from dispatcher.tools.shell.scan import matching_brace, matching_paren, substitutions_in_text
+from dispatcher.tools.shell.tokens import REDIRECT_OPS, Op, ShellSyntaxInvalid, Token, Word
 
 _OPERATORS = (
     "<<<", "<<-", "&>>", ";;&",
     "&&", "||", "|&", ";;", ";&", ">>", ">|", ">&", "<&", "<<", "<>", "&>",
     "|", "&", ";", "(", ")", "<", ">",
 )  # fmt: skip
-REDIRECT_OPS = frozenset({"<<<", "<<-", "&>>", ">>", ">|", ">&", "<&", "<<", "<>", "&>", "<", ">"})
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
 _ANSI_ESCAPES = {
@@ -36,77 +37,10 @@ _ANSI_ESCAPES = {
 _MAX_NESTING = 16
 
 
-class ShellSyntaxInvalid(ValueError):
-    """The command cannot be read with confidence."""
+class Lexer:
+    """One pass over a command line's source, producing its tokens (``run``)
+    and the inner command lines of its substitutions (``subs``)."""
 
-
-@dataclass(slots=True)
-class Word:
-    """One shell word after quote removal and the expansions we can know."""
-
-    text: str
-    dynamic: bool = False
-    substitutions: list[str] = field(default_factory=list)
-    quoted: bool = False
-
-
-@dataclass(slots=True)
-class Op:
-    """An operator; for here-docs, ``heredoc`` holds the body."""
-
-    op: str
-    fd: str | None = None
-    heredoc: str | None = None
-
-
-Token = Word | Op
-
-
-@dataclass(slots=True)
-class Redirect:
-    """A redirection of a simple command (target word; here-doc body if any)."""
-
-    op: str
-    fd: str | None
-    target: Word | None
-    heredoc: str | None = None
-
-
-@dataclass(slots=True)
-class Command:
-    """A simple command: its words (assignments included) and redirections."""
-
-    words: list[Word] = field(default_factory=list)
-    redirects: list[Redirect] = field(default_factory=list)
-
-
-@dataclass(slots=True)
-class Pipeline:
-    """Simple commands joined by ``|``."""
-
-    commands: list[Command] = field(default_factory=list)
-
-
-@dataclass(slots=True)
-class FunctionDef:
-    """A shell function: its name and the words and operators of its body."""
-
-    name: str
-    body_words: list[str]
-    body_ops: set[str]
-
-
-@dataclass(slots=True)
-class Script:
-    """A parsed command line."""
-
-    pipelines: list[Pipeline]
-    functions: list[FunctionDef]
-    # Inner command lines found anywhere ($(...), `...`, <(...)), to analyse too.
-    substitutions: list[str]
-
-
-class _Lexer:
     def __init__(self, src: str, variables: dict[str, str], depth: int) -> None:
         if depth > _MAX_NESTING:
             raise ShellSyntaxInvalid("substitutions are nested too deeply")
@@ -207,7 +141,7 @@ class _Lexer:
                 nl = src.find("\n", i)
                 i = self.n if nl == -1 else nl
             elif c in "<>" and i + 1 < self.n and src[i + 1] == "(":
-                close = _matching_paren(src, i + 2)
+                close = matching_paren(src, i + 2)
                 inner = src[i + 2 : close]
                 self._start().append(f"/dev/fd/{'in' if c == '<' else 'out'}")
                 self.dynamic = True
@@ -349,18 +283,18 @@ class _Lexer:
         src = self.src
         nxt = src[i + 1] if i + 1 < self.n else ""
         if src.startswith("$((", i):
-            close = _matching_paren(src, i + 2)
+            close = matching_paren(src, i + 2)
             if not src.startswith(")", close + 1):
                 raise ShellSyntaxInvalid("an arithmetic expansion is not closed")
             self._start()
             self.dynamic = True
             return close + 2
         if nxt == "(":
-            close = _matching_paren(src, i + 2)
+            close = matching_paren(src, i + 2)
             self._substitution(src[i + 2 : close], quoted)
             return close + 1
         if nxt == "{":
-            close = _matching_brace(src, i + 2)
+            close = matching_brace(src, i + 2)
             self._parameter(src[i + 2 : close], quoted)
             return close + 1
         if nxt == "'" and not quoted:
@@ -449,109 +383,10 @@ class _Lexer:
             self._insert_split(output)
 
 
-def _matching_paren(src: str, start: int) -> int:
-    """Index of the ')' closing a '(' just before ``start``, skipping quotes."""
-    depth = 1
-    i = start
-    n = len(src)
-    while i < n:
-        c = src[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c == "'":
-            close = src.find("'", i + 1)
-            if close == -1:
-                raise ShellSyntaxInvalid("a single quote is not closed")
-            i = close + 1
-            continue
-        if c == '"':
-            i = _skip_double(src, i + 1)
-            continue
-        if c == "`":
-            close = src.find("`", i + 1)
-            if close == -1:
-                raise ShellSyntaxInvalid("a backquote is not closed")
-            i = close + 1
-            continue
-        if c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-            if depth == 0:
-                return i
-        i += 1
-    raise ShellSyntaxInvalid("a parenthesis is not closed")
-
-
-def _matching_brace(src: str, start: int) -> int:
-    depth = 1
-    i = start
-    while i < len(src):
-        c = src[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c == "{":
-            depth += 1
-        elif c == "}":
-            depth -= 1
-            if depth == 0:
-                return i
-        i += 1
-    raise ShellSyntaxInvalid("a ${...} expansion is not closed")
-
-
-def _skip_double(src: str, i: int) -> int:
-    while i < len(src):
-        c = src[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c == '"':
-            return i + 1
-        if c == "$" and src.startswith("$(", i):
-            i = _matching_paren(src, i + 2) + 1
-            continue
-        i += 1
-    raise ShellSyntaxInvalid("a double quote is not closed")
-
-
-def substitutions_in_text(text: str) -> list[str]:
-    """The inner commands of every ``$(...)`` and backquote in ``text``, where
-    quotes are literal characters (a here-doc body)."""
-    found: list[str] = []
-    i = 0
-    while i < len(text):
-        c = text[i]
-        if c == "\\":
-            i += 2
-            continue
-        if text.startswith("$((", i):
-            i += 3
-            continue
-        if text.startswith("$(", i):
-            try:
-                close = _matching_paren(text, i + 2)
-            except ShellSyntaxInvalid:
-                found.append(text[i + 2 :])
-                break
-            found.append(text[i + 2 : close])
-            i = close + 1
-            continue
-        if c == "`":
-            close = text.find("`", i + 1)
-            found.append(text[i + 1 : close if close != -1 else len(text)])
-            i = len(text) if close == -1 else close + 1
-            continue
-        i += 1
-    return found
-
-
 def _static_text(text: str, variables: dict[str, str], depth: int) -> str | None:
     """``text`` as one word after expansion, or None if anything is dynamic."""
     try:
-        tokens = _Lexer(text, variables, depth + 1).run()
+        tokens = Lexer(text, variables, depth + 1).run()
     except ShellSyntaxInvalid:
         return None
     words = [t for t in tokens if isinstance(t, Word)]
@@ -563,7 +398,7 @@ def _static_text(text: str, variables: dict[str, str], depth: int) -> str | None
 def _static_echo(inner: str, variables: dict[str, str], depth: int) -> str | None:
     """The fixed output of ``echo ...``/``printf ...`` (without a format), else None."""
     try:
-        tokens = _Lexer(inner, variables, depth).run()
+        tokens = Lexer(inner, variables, depth).run()
     except ShellSyntaxInvalid:
         return None
     while tokens and isinstance(tokens[-1], Op) and tokens[-1].op in ("\n", ";"):
@@ -586,193 +421,4 @@ def _static_echo(inner: str, variables: dict[str, str], depth: int) -> str | Non
 
 def tokenize(command: str, variables: dict[str, str] | None = None, depth: int = 0) -> list[Token]:
     """The words and operators of ``command``; raises ShellSyntaxInvalid."""
-    return _Lexer(command, {} if variables is None else variables, depth).run()
-
-
-def parse(command: str, depth: int = 0, positional: list[str] | None = None) -> Script:
-    """Split ``command`` into pipelines of simple commands.
-
-    ``positional``: the script's ``$0 $1 ...`` (``sh -c 'script' name a b``).
-    A ``set -- a b`` inside the script sets ``$1 ...`` too: the script is read
-    a second time with them bound, so ``set -- rm -rf /; "$@"`` shows ``rm``."""
-    params = list(positional or [])
-    zero = {"0": params[0]} if params else {}
-    lexer = _Lexer(command, {**zero, **_positional_vars(params[1:])}, depth)
-    tokens = lexer.run()
-    set_args = _set_arguments(tokens)
-    if set_args:
-        lexer = _Lexer(command, {**zero, **_positional_vars(set_args)}, depth)
-        tokens = lexer.run()
-    pipelines: list[Pipeline] = []
-    functions: list[FunctionDef] = []
-    pipe = Pipeline()
-    cmd = Command()
-
-    def finish_command() -> None:
-        nonlocal cmd
-        if cmd.words or cmd.redirects:
-            pipe.commands.append(cmd)
-        cmd = Command()
-
-    def finish_pipeline() -> None:
-        nonlocal pipe
-        finish_command()
-        if pipe.commands:
-            pipelines.append(pipe)
-        pipe = Pipeline()
-
-    i = 0
-    while i < len(tokens):
-        tok = tokens[i]
-        if isinstance(tok, Word):
-            cmd.words.append(tok)
-        elif tok.op in REDIRECT_OPS:
-            target = tokens[i + 1] if i + 1 < len(tokens) else None
-            if not isinstance(target, Word):
-                raise ShellSyntaxInvalid(f"the redirection {tok.op!r} has no target")
-            cmd.redirects.append(Redirect(tok.op, tok.fd, target, tok.heredoc))
-            i += 1
-        elif tok.op in ("|", "|&"):
-            finish_command()
-        elif tok.op == "(":
-            is_function = (
-                i + 1 < len(tokens)
-                and isinstance(tokens[i + 1], Op)
-                and tokens[i + 1].op == ")"  # type: ignore[union-attr]
-                and len(cmd.words) in (1, 2)
-                and (len(cmd.words) == 1 or cmd.words[0].text == "function")
-            )
-            if is_function:
-                name = cmd.words[-1].text
-                functions.append(_function_body(name, tokens, i + 2))
-                cmd = Command()
-                i += 2
-                continue
-            finish_pipeline()
-        elif tok.op == ")":
-            finish_pipeline()
-        else:
-            finish_pipeline()
-        i += 1
-    finish_pipeline()
-    # `function name { ... }` (bash) has no parentheses.
-    for k, tok in enumerate(tokens[:-1]):
-        nxt = tokens[k + 1]
-        if isinstance(tok, Word) and tok.text == "function" and isinstance(nxt, Word):
-            functions.append(_function_body(nxt.text, tokens, k + 2))
-    return Script(pipelines, functions, lexer.subs)
-
-
-def _function_body(name: str, tokens: list[Token], start: int) -> FunctionDef:
-    """The words and operators of a function body starting at ``start``."""
-    depth = 0
-    words: list[str] = []
-    ops: set[str] = set()
-    for tok in tokens[start:]:
-        if isinstance(tok, Word):
-            if tok.text == "{":
-                depth += 1
-                continue
-            if tok.text == "}":
-                depth -= 1
-                if depth <= 0:
-                    break
-                continue
-            words.append(tok.text)
-        else:
-            if tok.op == "(":
-                depth += 1
-            elif tok.op == ")":
-                depth -= 1
-                if depth < 0:
-                    break
-            ops.add(tok.op)
-    return FunctionDef(name, words, ops)
-
-
-def _positional_vars(params: list[str]) -> dict[str, str]:
-    if not params:
-        return {}
-    found = {str(k): v for k, v in enumerate(params, start=1)}
-    found["@"] = found["*"] = " ".join(params)
-    return found
-
-
-def _set_arguments(tokens: list[Token]) -> list[str]:
-    """The positional parameters a ``set [options] [--] args`` in ``tokens`` assigns
-    (the last such ``set`` wins; all of them seen is an over-approximation)."""
-    found: list[str] = []
-    for k, tok in enumerate(tokens):
-        if not (isinstance(tok, Word) and tok.text == "set" and not tok.quoted):
-            continue
-        if k > 0 and isinstance(tokens[k - 1], Word):
-            continue  # not in command position
-        args: list[str] = []
-        for nxt in tokens[k + 1 :]:
-            if not isinstance(nxt, Word):
-                break
-            args.append(nxt.text)
-        if "--" in args:
-            found = args[args.index("--") + 1 :]
-            continue
-        i = 0
-        while i < len(args) and args[i][:1] in ("-", "+"):
-            i += 2 if args[i] in ("-o", "+o") else 1
-        if args[i:]:
-            found = args[i:]
-    return found
-
-
-MAX_BRACE_WORDS = 256
-
-
-def expand_braces(text: str) -> list[str]:
-    """Bash brace expansion of one word: ``/{,}`` -> ``["/", "/"]``,
-    ``a{b,c}d`` -> ``["abd", "acd"]``, ``{1..3}`` -> the end points.
-
-    Applied to quoted words too (we no longer know which characters were
-    quoted): that only ever shows the rules more words, never fewer.
-    Bounded: past MAX_BRACE_WORDS results the rest are dropped."""
-    out = _expand(text, 0)
-    return [w for w in out if w] if out != [text] else [text]
-
-
-def _expand(text: str, depth: int) -> list[str]:
-    if depth > 8 or "{" not in text:
-        return [text]
-    for start, c in enumerate(text):
-        if c != "{" or (start > 0 and text[start - 1] in "$\\"):
-            continue
-        level = 0
-        commas: list[int] = []
-        end = -1
-        for j in range(start, len(text)):
-            if text[j] == "{":
-                level += 1
-            elif text[j] == "}":
-                level -= 1
-                if level == 0:
-                    end = j
-                    break
-            elif text[j] == "," and level == 1:
-                commas.append(j)
-        if end == -1:
-            return [text]
-        inner = text[start + 1 : end]
-        if commas:
-            bounds = [start, *commas, end]
-            options = [text[bounds[k] + 1 : bounds[k + 1]] for k in range(len(bounds) - 1)]
-        elif re.fullmatch(r"(-?\d+|[A-Za-z])\.\.(-?\d+|[A-Za-z])(\.\.-?\d+)?", inner):
-            options = inner.split("..")[:2]
-        else:
-            continue
-        prefix, suffix = text[:start], text[end + 1 :]
-        results: list[str] = []
-        for option in options:
-            for tail in _expand(suffix, depth + 1):
-                for mid in _expand(option, depth + 1):
-                    results.append(prefix + mid + tail)
-                    if len(results) >= MAX_BRACE_WORDS:
-                        return results
-        return results
-    return [text]
+    return Lexer(command, {} if variables is None else variables, depth).run()

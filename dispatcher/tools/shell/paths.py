@@ -23,7 +23,8 @@ from collections.abc import Mapping
 import bracex
 from wcmatch import glob as wcglob
 
-from dispatcher.tools.shell.lexer import ShellSyntaxInvalid, Word, parse
+from dispatcher.tools.shell.script import parse
+from dispatcher.tools.shell.tokens import ShellSyntaxInvalid, Word
 
 # Shell words looked at per command: a huge generated command line must not
 # make the check slow.

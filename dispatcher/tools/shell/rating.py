@@ -26,8 +26,8 @@ from dispatcher.tools.shell.families import (
     SAFE_COMMANDS,
     is_python,
 )
-from dispatcher.tools.shell.lexer import Word
 from dispatcher.tools.shell.options import Effect, Reading, Spec, read_args, read_find
+from dispatcher.tools.shell.tokens import Word
 
 
 def classify(prog: str, args: list[Word], where: Where | None = None) -> CallRating:

@@ -73,6 +73,7 @@ from dispatcher.tools.shell.analysis import (
     points_outside,
 )
 from dispatcher.tools.shell.blocklist import BLOCK_DEVICE, check_blocklist, is_critical_path
+from dispatcher.tools.shell.braces import expand_braces
 from dispatcher.tools.shell.families import (
     DECODERS,
     DEV_COMMANDS,
@@ -86,15 +87,9 @@ from dispatcher.tools.shell.families import (
     TRANSPARENT_WRAPPERS,
     is_python,
 )
-from dispatcher.tools.shell.lexer import (
-    Command,
-    Pipeline,
-    ShellSyntaxInvalid,
-    Word,
-    expand_braces,
-    parse,
-)
 from dispatcher.tools.shell.rating import classify, git_subcommand, rate_program
+from dispatcher.tools.shell.script import Command, Pipeline, parse
+from dispatcher.tools.shell.tokens import ShellSyntaxInvalid, Word
 from dispatcher.tools.shell.unwrap import (
     ASSIGNMENT,
     Unwrapped,

@@ -13,7 +13,8 @@ import re
 from dataclasses import dataclass, field
 
 from dispatcher.tools.shell.families import WRAPPERS
-from dispatcher.tools.shell.lexer import Word, tokenize
+from dispatcher.tools.shell.lexer import tokenize
+from dispatcher.tools.shell.tokens import Word
 
 RESERVED = frozenset(
     {"{", "}", "!", "if", "then", "else", "elif", "fi", "do", "done", "while", "until", "time"}

@@ -25,23 +25,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from eventbus import EventBus, EventLog
 from server.logs import CALLS_LOGGER
 from server.observer import Observer
-from server.presence import Presence
 
 EVENTS_PER_CALL = 8
-
-
-class _Services:
-    """What the observer reads from the server's services at scrape time (nothing here)."""
-
-    def __init__(self) -> None:
-        self.presence = Presence()
 
 
 def _publish_call(bus: EventBus, n: int) -> None:
@@ -116,8 +107,7 @@ async def _run(mode: str, calls: int, tmp: Path) -> float:
     await bus.start()
     observer: Observer | None = None
     if mode != "none":
-        runtime: Any = _Services()
-        observer = Observer(runtime)
+        observer = Observer()
         if mode == "metrics+log+traces":
             from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
                 InMemorySpanExporter,

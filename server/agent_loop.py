@@ -81,11 +81,16 @@ from server.gate_consent import SessionGateConsent
 from server.schemas import InputLimitExceeded, check_json_limits
 from server.store import SessionRecord, Store, TurnFailureReason
 from server.tree_budget import TreeBudgets, TurnBudget
-from server.turns import TurnContext, TurnFailure, TurnOutcome, answer_unanswered
+from server.turns import (
+    RunnerParts,
+    TurnContext,
+    TurnFailure,
+    TurnOutcome,
+    answer_unanswered,
+)
 
 if TYPE_CHECKING:
-    from dispatcher.tools.knowledge.store import MemoryStore
-    from server.runtime import Services
+    from dispatcher.memory import MemoryService
 
 log = logging.getLogger("toolrelay.agent")
 
@@ -139,7 +144,7 @@ class AgentLoop:
         *,
         env: Mapping[str, str] | None = None,
         adapter_factory: AdapterFactory | None = None,
-        memories: MemoryStore | None = None,
+        memories: MemoryService | None = None,
         budgets: TreeBudgets | None = None,
     ) -> None:
         # Every turn's model calls draw from its tree's budget (shared with
@@ -740,12 +745,7 @@ async def _close(adapter: ModelAdapter) -> None:
             await aclose()
 
 
-def agent_loop_factory(services: Services) -> AgentLoop:
+def agent_loop_factory(parts: RunnerParts) -> AgentLoop:
     """The ``message_runner_factory`` of ``create_app``: the agent loop on the
     server's configuration and store."""
-    return AgentLoop(
-        services.config,
-        services.store,
-        memories=services.memory_store,
-        budgets=services.budgets,
-    )
+    return AgentLoop(parts.config, parts.store, memories=parts.memories, budgets=parts.budgets)

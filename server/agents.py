@@ -37,7 +37,7 @@ from wcmatch import fnmatch
 from dispatcher.pipeline.profiles import BUILTIN_PROFILES, ProfileConfig, profile_names
 
 if TYPE_CHECKING:
-    from dispatcher.tools.knowledge.store import MemoryStore
+    from dispatcher.memory import MemoryService
 
 DEFAULT_AGENT = "build"
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -286,7 +286,7 @@ def check_agents(
 
 
 def prompt_memories(
-    store: MemoryStore | None, *, workspace: str, owner: str, count: int | None
+    store: MemoryService | None, *, workspace: str, owner: str, count: int | None
 ) -> list[str]:
     """The newest ``count`` memories of a workspace and owner, oldest first
     (as they were kept), for the system prompt; [] without a store or count."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -35,7 +35,7 @@ from server.routes import docs, mcp, metrics, sessions, streams, system, turns
 from server.routes import memory as memory_routes
 from server.runtime import Services
 from server.schemas import INPUT_LIMITS
-from server.turns import TurnRunner
+from server.turns import MessageRunnerFactory
 
 log = logging.getLogger("toolrelay.server")
 VERSION = "0.1.0"
@@ -45,7 +45,7 @@ def create_app(
     config: Config,
     tokens: TokenRegistry,
     *,
-    message_runner_factory: Callable[[Services], TurnRunner | None] | None = None,
+    message_runner_factory: MessageRunnerFactory | None = None,
 ) -> FastAPI:
     """Build the app. The runtime (store, bus, dispatcher) starts in the lifespan.
 
@@ -57,7 +57,7 @@ def create_app(
 
         message_runner_factory = agent_loop_factory
     runtime = Services(config, tokens, message_runner_factory=message_runner_factory)
-    mcp_endpoint = McpEndpoint(runtime)
+    mcp_endpoint = McpEndpoint(config.server)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -67,7 +67,8 @@ def create_app(
             await runtime.stop()
             raise
         try:
-            async with mcp_endpoint.run():  # the MCP endpoint's session manager
+            # The MCP endpoint's session manager, on the started services' parts.
+            async with mcp_endpoint.run(runtime.mcp_endpoint_parts()):
                 yield
         finally:
             await runtime.stop()
@@ -103,7 +104,7 @@ def create_app(
     _install_error_handlers(app, config.server.max_body_bytes)
     # Starlette wraps in reverse order: the body limit sees requests after authentication.
     # Innermost: in cluster mode, session requests go to their owner replica.
-    app.add_middleware(ClusterRouting, runtime=runtime)
+    app.add_middleware(ClusterRouting, cluster=lambda: runtime.cluster)
     app.add_middleware(BodyLimit, max_body_bytes=config.server.max_body_bytes)
     # Behind authentication: NUL and control characters in any parameter -> 422.
     app.add_middleware(BadCharacterGuard, routes=lambda: app.router.routes)

@@ -62,11 +62,12 @@ from server.config import ClusterSection, ConfigInvalid
 from server.errors import ApiError, NotFound, StorageUnavailable, error_body
 from server.middleware import PRINCIPAL_KEY, principal_of
 from server.presence import Attachment
-from server.store import SessionRecord, TurnFailureReason
+from server.store import SessionRecord, Store, TurnFailureReason
 from server.turn_state import TurnPhase, turn_event
 
 if TYPE_CHECKING:
-    from server.runtime import Services
+    from dispatcher.confirmations import ConfirmationBroker
+    from server.session_registry import SessionRegistry
 
 log = logging.getLogger("toolrelay.cluster")
 
@@ -92,15 +93,18 @@ def replica_id_of(section: ClusterSection) -> str:
 class ClusterServices:
     """The cluster parts of one replica (see the module docstring).
 
-    Built by ``Services.start`` when ``cluster.redis_url`` is set:
-    ``start_bus`` first (the services need the bus), ``start`` once the
-    session registry and turn supervisor exist, ``stop_serving`` first at
-    shutdown and ``close`` last.
+    Built by ``Services.start`` when ``cluster.redis_url`` is set, with the
+    state store: ``start_bus`` first (the services need the bus), ``start``
+    with the session registry and the confirmation broker once they exist,
+    ``stop_serving`` first at shutdown and ``close`` last.
     """
 
-    def __init__(self, runtime: Services, section: ClusterSection) -> None:
+    def __init__(self, section: ClusterSection, store: Store) -> None:
         assert section.redis_url is not None
-        self.runtime = runtime
+        self.store = store
+        # Handed to start(): made by the services after the bus.
+        self._sessions: SessionRegistry | None = None
+        self._broker: ConfirmationBroker | None = None
         self.url = section.redis_url
         self.replica_id = replica_id_of(section)
         self.redis: aioredis.Redis = aioredis.Redis.from_url(
@@ -140,6 +144,16 @@ class ClusterServices:
         self._run_id: str | None = None
         self._started = False
 
+    @property
+    def sessions(self) -> SessionRegistry:
+        assert self._sessions is not None, "start() first"
+        return self._sessions
+
+    @property
+    def broker(self) -> ConfirmationBroker:
+        assert self._broker is not None, "start() first"
+        return self._broker
+
     # -- lifecycle -----------------------------------------------------------------
 
     async def start_bus(
@@ -159,9 +173,10 @@ class ClusterServices:
         await self.bus.start()
         return self.bus
 
-    async def start(self) -> None:
+    async def start(self, sessions: SessionRegistry, broker: ConfirmationBroker) -> None:
         """Leases, the lapse watcher, presence, the forwarding inbox, the turn tracker."""
         assert self.bus is not None, "start_bus() first"
+        self._sessions, self._broker = sessions, broker
         await self.leases.start()
         await self.watcher.start()
         await self.presence.start()
@@ -241,7 +256,7 @@ class ClusterServices:
         await self._describe(record)
 
     async def _describe(self, record: SessionRecord) -> None:
-        entry = {"session": self.runtime.sessions.to_json(record), "replica": self.replica_id}
+        entry = {"session": self.sessions.to_json(record), "replica": self.replica_id}
         await self.redis.hset(self.keys.directory, record.id, json.dumps(entry))
 
     async def session_deleted(self, session_id: str) -> None:
@@ -259,8 +274,8 @@ class ClusterServices:
 
     async def check_visible(self, principal: Principal, session_id: str) -> None:
         """NotFound unless the caller may see the session, on this replica or any."""
-        if self.runtime.store.get_session(session_id) is not None:
-            self.runtime.sessions.get(principal, session_id)
+        if self.store.get_session(session_id) is not None:
+            self.sessions.get(principal, session_id)
             return
         try:
             session = await self.describe(session_id)
@@ -329,7 +344,7 @@ class ClusterServices:
                 return
 
     async def _track_one(self, type_: str, session_id: str, turn_id: str | None) -> None:
-        store = self.runtime.store
+        store = self.store
         if type_ == "session.created":
             record = store.get_session(session_id)
             if record is not None:  # created here (a route, or a sub-agent's session)
@@ -445,7 +460,7 @@ class ClusterServices:
 
     async def _owner(self, session_id: str) -> str | None:
         owner = await self.leases.owner_of(session_id)
-        if owner is None and self.runtime.store.get_session(session_id) is not None:
+        if owner is None and self.store.get_session(session_id) is not None:
             # Created here and the lease lapsed (a long pause): take it back.
             if await self.leases.acquire(session_id):
                 return self.replica_id
@@ -471,13 +486,12 @@ class ClusterServices:
         Anything the route itself refuses (not visible, unknown request, bad
         body, already resolved here) is left to the route, so the answers stay
         exactly the embedded server's."""
-        runtime = self.runtime
         principal = principal_of(scope)
         try:
-            runtime.sessions.get(principal, session_id)
+            self.sessions.get(principal, session_id)
         except ApiError:
             return False
-        broker = runtime.dispatcher.broker
+        broker = self.broker
         request = broker.get(request_id)
         if (
             request is None
@@ -667,7 +681,7 @@ class ClusterServices:
             return False
         if not await self.leases.try_adopt(session_id):
             return False
-        store = self.runtime.store
+        store = self.store
         if store.get_session(session_id) is None:
             store.add_session(
                 SessionRecord(

@@ -10,12 +10,10 @@ from __future__ import annotations
 import os
 import re
 import socket
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
-if TYPE_CHECKING:
-    from server.runtime import Services
 
 SESSION_PATH = re.compile(r"^/sessions/([^/]+)(/.*)?$")
 # Not forwarded: the event stream is served from Redis on every replica, and
@@ -28,20 +26,31 @@ def default_replica_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
+class SessionRouter(Protocol):
+    """What the middleware needs of the cluster (``ClusterServices``): where a
+    request the owner runs goes (``inner_app``, ``scope_app``) and ``route``."""
+
+    inner_app: ASGIApp | None
+    scope_app: Any
+
+    async def route(self, scope: Scope, receive: Receive, send: Send, session_id: str) -> None: ...
+
+
 class ClusterRouting:
     """ASGI middleware (inside authentication): session requests go to the
     session's owner replica (see ``ClusterServices.route``). Without cluster
-    mode it passes every request straight through."""
+    mode (``cluster()`` gives None) it passes every request straight through."""
 
-    def __init__(self, app: ASGIApp, runtime: Services) -> None:
+    def __init__(self, app: ASGIApp, cluster: Callable[[], SessionRouter | None]) -> None:
         self.app = app
-        self.runtime = runtime
+        # Asked per request: the services make the cluster when they start.
+        self.cluster = cluster
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await self.app(scope, receive, self._after_startup(scope, send))
             return
-        cluster = self.runtime.cluster
+        cluster = self.cluster()
         if cluster is None or scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -59,7 +68,7 @@ class ClusterRouting:
         where a forwarded request runs (before any request arrives here)."""
 
         async def sending(message: Message) -> None:
-            cluster = self.runtime.cluster
+            cluster = self.cluster()
             if message["type"] == "lifespan.startup.complete" and cluster is not None:
                 cluster.inner_app = self.app
                 cluster.scope_app = scope.get("app")

@@ -21,13 +21,13 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from dispatcher import DispatchSession, WorkspaceFileAPI
+from dispatcher.memory import MemoryService
 from dispatcher.pipeline.guardrails import Guardrails
 from dispatcher.pipeline.hooks import HookRunner
 from dispatcher.pipeline.profiles import UnknownProfile
 from dispatcher.publisher import EventPublisher
 from dispatcher.sandbox import Isolation, Sandbox, SandboxConfig, SandboxUnavailable
 from dispatcher.tools.agents import AGENTS_SECTION, SubagentRunner
-from dispatcher.tools.knowledge.store import MemoryStore
 from server.agents import UnknownAgent
 from server.auth import GENERATED_TOKEN_NAME
 from server.config import Config
@@ -48,7 +48,7 @@ class DispatchSessionFactory:
         config: Config,
         *,
         sandbox_config: SandboxConfig | None,
-        memory_store: MemoryStore | None,
+        memory_store: MemoryService | None,
         publisher: EventPublisher,
         subagent_runner: SubagentRunner | None = None,
         get_session: Callable[[str], SessionRecord | None] | None = None,

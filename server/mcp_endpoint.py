@@ -40,7 +40,8 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
@@ -68,7 +69,10 @@ from server.middleware import principal_of
 from server.schemas import InputLimitExceeded, check_json_limits
 
 if TYPE_CHECKING:
-    from server.runtime import Services
+    from dispatcher import ToolDispatcher
+    from dispatcher.mcp import McpManager
+    from server.config import ServerSection
+    from server.session_registry import SessionRegistry
 
 log = logging.getLogger("toolrelay.mcp")
 
@@ -80,11 +84,27 @@ PROGRESS_INTERVAL = 1.0
 ABANDON_GRACE = 2.0
 
 
-class McpEndpoint:
-    """The MCP server side; an ASGI app for ``PATH`` plus its lifespan (``run``)."""
+@dataclass(frozen=True, slots=True)
+class EndpointParts:
+    """What the endpoint uses of the started services: the sessions it
+    authorises against, the dispatcher its calls go through, the storage
+    check new work passes first, and the MCP servers' manager (None without
+    any) whose tool changes it relays."""
 
-    def __init__(self, runtime: Services, *, progress_interval: float = PROGRESS_INTERVAL) -> None:
-        self.runtime = runtime
+    sessions: SessionRegistry
+    dispatcher: ToolDispatcher
+    check_storage: Callable[[], None]
+    mcp: McpManager | None
+
+
+class McpEndpoint:
+    """The MCP server side; an ASGI app for ``PATH`` plus its lifespan
+    (``run``, with the started services' parts)."""
+
+    def __init__(
+        self, server_cfg: ServerSection, *, progress_interval: float = PROGRESS_INTERVAL
+    ) -> None:
+        self._parts: EndpointParts | None = None
         self.progress_interval = progress_interval
         self.server: Server[Any] = _Server(
             "toolrelay",
@@ -98,17 +118,22 @@ class McpEndpoint:
         # Calls whose client left, while they end (see _abandon).
         self._abandoned: set[asyncio.Task[None]] = set()
         self.notifier = ListChangedNotifier()
-        server_cfg = runtime.config.server
         self.guard = RebindingGuard.of(
             server_cfg.host, server_cfg.allowed_hosts, server_cfg.allowed_origins
         )
 
+    @property
+    def parts(self) -> EndpointParts:
+        assert self._parts is not None, "McpEndpoint.run() first"
+        return self._parts
+
     @contextlib.asynccontextmanager
-    async def run(self) -> AsyncIterator[None]:
+    async def run(self, parts: EndpointParts) -> AsyncIterator[None]:
         # A session manager runs once; a new one per lifespan lets an app be
         # started again (tests do).
         manager = StreamableHTTPSessionManager(self.server, session_idle_timeout=3600)
-        mcp = self.runtime.mcp
+        self._parts = parts
+        mcp = parts.mcp
         stop_listening = mcp.add_listener(self.notifier.tools_changed) if mcp else None
         async with manager.run():
             self.manager = manager
@@ -148,7 +173,7 @@ class McpEndpoint:
         if not isinstance(request, Request):
             raise MCPError(code=types.INVALID_REQUEST, message="no HTTP request in context")
         session_id = request.path_params.get("session_id", "")
-        sessions = self.runtime.sessions
+        sessions = self.parts.sessions
         try:
             record = sessions.get(principal_of(request.scope), session_id)
             return record, sessions.dispatch_session(record)
@@ -159,7 +184,7 @@ class McpEndpoint:
         _, dispatch_session = self._session(ctx)
         # It listed them: tell it when they change.
         self.notifier.watch(ctx.request.headers.get("mcp-session-id"), ctx.session)
-        definitions = self.runtime.dispatcher.definitions_for(dispatch_session)
+        definitions = self.parts.dispatcher.definitions_for(dispatch_session)
         return types.ListToolsResult(
             tools=[
                 types.Tool(
@@ -179,14 +204,14 @@ class McpEndpoint:
         )
 
     def _tool_names(self, dispatch_session: Any) -> set[str]:
-        return {d.name for d in self.runtime.dispatcher.definitions_for(dispatch_session)}
+        return {d.name for d in self.parts.dispatcher.definitions_for(dispatch_session)}
 
     async def _call_tool(
         self, ctx: Any, params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         record, dispatch_session = self._session(ctx)
         try:
-            self.runtime.turns.check_storage()
+            self.parts.check_storage()
         except ApiError as exc:
             raise MCPError(code=types.INTERNAL_ERROR, message=exc.message) from None
         if params.name not in self._tool_names(dispatch_session):
@@ -209,7 +234,7 @@ class McpEndpoint:
         turn_id = f"mcp_{token}"
         outputs: list[ToolOutput] = []
         call = asyncio.ensure_future(
-            self.runtime.dispatcher.dispatch(
+            self.parts.dispatcher.dispatch(
                 block, dispatch_session, turn_id=turn_id, on_output=outputs.append
             )
         )
@@ -266,7 +291,7 @@ class McpEndpoint:
         ends ``cancelled``; a late answer gets 409); a call past its
         confirmation is cancelled at once. The waiting happens in a task of
         its own: the handler calling this may be being cancelled itself."""
-        broker = self.runtime.dispatcher.broker
+        broker = self.parts.dispatcher.broker
         settled = [
             broker.cancel(r.request_id)
             for r in broker.pending(session_id)
@@ -278,7 +303,7 @@ class McpEndpoint:
         task.add_done_callback(self._abandoned.discard)
 
     def _progress_message(self, session_id: str, block: ToolUseBlock, turn_id: str) -> str:
-        broker = self.runtime.dispatcher.broker
+        broker = self.parts.dispatcher.broker
         pending = [r for r in broker.pending(session_id) if r.tool_use_id == block.id]
         if not pending:
             return f"{block.name} is running"

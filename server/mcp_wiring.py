@@ -6,13 +6,14 @@ server-wide change concerns every one of them)."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Mapping
 
+from dispatcher import ToolDispatcher
 from dispatcher.mcp import McpManager
+from dispatcher.mcp.config import McpServerConfig
+from dispatcher.sandbox import SandboxConfig
+from eventbus import EventBus
 from protocol.payloads import ToolsChanged
-
-if TYPE_CHECKING:
-    from server.runtime import Services
 
 log = logging.getLogger("toolrelay.mcp")
 
@@ -21,28 +22,37 @@ log = logging.getLogger("toolrelay.mcp")
 STARTUP_WAIT = 10.0
 
 
-async def start_mcp(runtime: Services, *, wait: float = STARTUP_WAIT) -> McpManager | None:
-    servers = runtime.config.mcp_servers
+async def start_mcp(
+    servers: Mapping[str, McpServerConfig],
+    dispatcher: ToolDispatcher,
+    *,
+    sandbox_config: SandboxConfig | None,
+    bus: EventBus,
+    session_ids: Callable[[], Iterable[str]],
+    wait: float = STARTUP_WAIT,
+) -> McpManager | None:
+    """Connect ``servers`` (None without any), registering their tools in
+    ``dispatcher``; later changes are announced on every session of
+    ``session_ids`` through ``bus``."""
     if not servers:
         return None
 
     started = False
 
     def tools_changed(added: list[str], removed: list[str], source: str) -> None:
-        bus = runtime.bus
         # The first listing during start-up is not a change anyone saw: no
         # event into every stored session at each start.
         if not started or not bus.running:
             return
         # One payload (immutable), emitted on every session's stream.
         payload = ToolsChanged(added=added, removed=removed, source=source)
-        for record in runtime.store.list_sessions():
-            bus.emit(payload, session_id=record.id)
+        for session_id in session_ids():
+            bus.emit(payload, session_id=session_id)
 
     manager = McpManager(
         servers,
-        runtime.dispatcher,
-        sandbox_config=runtime.sandbox_config,
+        dispatcher,
+        sandbox_config=sandbox_config,
         on_tools_changed=tools_changed,
     )
     await manager.start(wait=wait)

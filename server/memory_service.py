@@ -2,10 +2,10 @@
 
 The memory tools read the ``memory`` section of a session's tool options
 (their ``options_section``); its ``memory`` key is a ``MemoryScope``: the
-server's one ``MemoryStore``, the session's workspace (its real path) and
+server's one memory store (a ``MemoryService``), the session's workspace (its real path) and
 owner (the name of the token that created the session), and how to announce
 a ``memory.*`` event on the session's stream (``announcer``; the payloads are
-built in dispatcher/tools/knowledge/memory_events.py, for the tools and for
+built in dispatcher/memory/events.py, for the tools and for
 ``DELETE /memory/{id}`` alike). Kept out of the dispatch-session factory
 (server/dispatch_factory.py) so the wiring is one line there.
 """
@@ -15,9 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from dispatcher.memory import Announce, MemoryScope, MemoryService
 from dispatcher.publisher import EventPublisher
-from dispatcher.tools.knowledge.memory_events import Announce
-from dispatcher.tools.knowledge.store import MemoryScope, MemoryStore
 from protocol.payloads import Payload
 
 MEMORY_FILE = "memory.sqlite3"
@@ -26,7 +25,7 @@ MEMORY_SECTION = "memory"
 
 
 def memory_section(
-    store: MemoryStore | None,
+    store: MemoryService | None,
     *,
     session_id: str,
     workspace: str,

@@ -18,9 +18,9 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -33,10 +33,7 @@ from prometheus_client.registry import Collector
 
 from eventbus import EventBus
 from eventbus.record import EventRecord
-from server.observer import Load, event_time
-
-if TYPE_CHECKING:
-    from server.runtime import Services
+from server.event_handler import Load, event_time
 
 # No "<name>_created" series beside every counter and histogram: they double
 # the output and Prometheus does not use them from the text format.
@@ -117,7 +114,7 @@ class Metrics:
         }
     )
 
-    def __init__(self, runtime: Services | None = None) -> None:
+    def __init__(self, live: LiveCounts | None = None) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         p = PREFIX
@@ -205,7 +202,7 @@ class Metrics:
             f"the commit to the log); under load sampled, one event in {LAG_SAMPLE}.",
             LAG_BUCKETS,
         )
-        self._runtime_collector = _RuntimeCollector(self, runtime) if runtime is not None else None
+        self._runtime_collector = _RuntimeCollector(self, live) if live is not None else None
         if self._runtime_collector is not None:
             r.register(self._runtime_collector)
         self._turns: dict[str, _Turn] = {}
@@ -337,6 +334,15 @@ class Metrics:
         return encoder(self.registry), content_type
 
 
+@dataclass(frozen=True, slots=True)
+class LiveCounts:
+    """The server's state the scrape reads beside the bus: clients attached to
+    event streams and turns running now (the services hand these in)."""
+
+    clients: Callable[[], int]
+    turns_running: Callable[[], int]
+
+
 def _gauge(name: str, help_: str, *, value: float) -> GaugeMetricFamily:
     """One scrape-time gauge, named under PREFIX."""
     return GaugeMetricFamily(PREFIX + name, help_, value=value)
@@ -345,9 +351,9 @@ def _gauge(name: str, help_: str, *, value: float) -> GaugeMetricFamily:
 class _RuntimeCollector(Collector):
     """State read at scrape time: the bus's counters, the log's size, presence."""
 
-    def __init__(self, metrics: Metrics, runtime: Services) -> None:
+    def __init__(self, metrics: Metrics, live: LiveCounts) -> None:
         self.metrics = metrics
-        self.runtime = runtime
+        self.live = live
         self.bus: EventBus | None = None  # set once the bus started
         self._retained: int | None = None
 
@@ -368,7 +374,7 @@ class _RuntimeCollector(Collector):
             self._retained = None  # the log is failing: /healthz says why
 
     def collect(self) -> Iterator[Metric]:
-        runtime = self.runtime
+        live = self.live
         p = PREFIX
         yield _gauge(
             "confirmations_pending",
@@ -378,13 +384,13 @@ class _RuntimeCollector(Collector):
         yield _gauge(
             "clients_attached",
             "Clients attached to event streams (presence).",
-            value=runtime.presence.count(),
+            value=live.clients(),
         )
         bus = self.bus
         if bus is None:
             return
         # The services made the turn supervisor right after the bus.
-        yield _gauge("turns_running", "Turns running now.", value=runtime.turns.running_count())
+        yield _gauge("turns_running", "Turns running now.", value=live.turns_running())
         stats = bus.stats()
         for name, help_, value in (
             ("event_bus_published", "Events published since start.", stats.published),

@@ -25,20 +25,19 @@ import contextlib
 import json
 import logging
 from collections.abc import Callable
-from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from eventbus import BusClosed, CursorExpired, EventBus, EventBusError, SubscriberTooSlow
 from eventbus.record import EventRecord
 from eventbus.subscription import Subscription
+from server.event_handler import EventHandler
+from server.logs import ToolCallLog
+from server.metrics import LiveCounts, Metrics
 from server.subagents import SUBAGENT_SESSION_ID, is_mirrored
+from server.tracing import Tracing, tracing_from_env
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export import SpanExporter
-
-    from server.metrics import Metrics
-    from server.runtime import Services
-    from server.tracing import Tracing
 
 log = logging.getLogger("toolrelay.observer")
 
@@ -51,39 +50,19 @@ OBSERVER_QUEUE = 65536
 OBSERVER_QUEUE_BYTES = 256 * 1024 * 1024
 
 
-Load = Callable[[EventRecord], dict[str, Any]]
-"""Gives a record's ``data``, parsed once however many handlers ask for it."""
-
-
-class EventHandler(Protocol):
-    """Something built from events: ``types`` names the event types it wants;
-    ``handle`` calls ``load(record)`` only if it needs the payload."""
-
-    types: frozenset[str]
-
-    def handle(self, record: EventRecord, load: Load) -> None: ...
-
-
-def event_time(ts: str) -> float:
-    """An envelope's ``ts`` (RFC 3339, UTC, ending in ``Z``) as epoch seconds."""
-    return datetime.fromisoformat(ts).timestamp()
-
-
 class Observer:
     """The one bus subscriber behind ``/metrics``, OpenTelemetry traces and the
-    tool-call log lines. Create it with the runtime, ``start(bus)`` after the
-    bus started, ``stop()`` after the bus closed (it drains what it holds).
+        tool-call log lines. Create it with what the scrape-time gauges count
+    (``live``; none in tools and benchmarks), ``start(bus)`` after the
+        bus started, ``stop()`` after the bus closed (it drains what it holds).
 
-    ``span_exporter_factory`` turns tracing on with that exporter, whatever
-    the ``OTEL_*`` variables say: tests hand in the SDK's InMemorySpanExporter
-    and go through the same code path as an OTLP exporter would.
+        ``span_exporter_factory`` turns tracing on with that exporter, whatever
+        the ``OTEL_*`` variables say: tests hand in the SDK's InMemorySpanExporter
+        and go through the same code path as an OTLP exporter would.
     """
 
-    def __init__(self, runtime: Services) -> None:
-        from server.metrics import Metrics
-
-        self.runtime = runtime
-        self.metrics: Metrics = Metrics(runtime)
+    def __init__(self, live: LiveCounts | None = None) -> None:
+        self.metrics = Metrics(live)
         self.tracing: Tracing | None = None
         self.span_exporter_factory: Callable[[], SpanExporter] | None = None
         self._handlers: list[EventHandler] = []
@@ -99,9 +78,6 @@ class Observer:
 
     async def start(self, bus: EventBus) -> None:
         """Subscribe (from the bus's newest event on) and start the reading task."""
-        from server.logs import ToolCallLog
-        from server.tracing import tracing_from_env
-
         self._bus = bus
         self.metrics.attach(bus)
         handlers: list[EventHandler] = [self.metrics]

@@ -31,16 +31,18 @@ from typing import TYPE_CHECKING, Any, cast
 
 from dispatcher import ConfirmationBroker, PluginLoadError, ToolDispatcher
 from dispatcher.mcp import McpManager
+from dispatcher.memory import MemoryStore
 from dispatcher.reaper import child_reaper
 from dispatcher.sandbox import SandboxConfig, SandboxUnavailable, configure
 from dispatcher.tools.code.index import FilesModifiedTap
-from dispatcher.tools.knowledge.store import MemoryStore
 from eventbus import EventBus, EventBusError, EventLog
 from server.auth import TOKEN_FILE, TokenRegistry
 from server.config import Config, ConfigInvalid
 from server.dispatch_factory import DispatchSessionFactory
+from server.mcp_endpoint import EndpointParts
 from server.mcp_wiring import start_mcp
 from server.memory_service import MEMORY_FILE
+from server.metrics import LiveCounts
 from server.observer import Observer
 from server.presence import Presence
 from server.session_registry import SessionRegistry
@@ -50,7 +52,7 @@ from server.subagents import SubagentService
 from server.tool_wiring import register_tools
 from server.tree_budget import TreeBudgets
 from server.turn_supervisor import TurnSupervisor
-from server.turns import TurnRunner
+from server.turns import MessageRunnerFactory, RunnerParts, TurnRunner
 
 if TYPE_CHECKING:
     from server.cluster import ClusterServices
@@ -72,7 +74,7 @@ class Services:
         config: Config,
         tokens: TokenRegistry,
         *,
-        message_runner_factory: Callable[[Services], TurnRunner | None] | None = None,
+        message_runner_factory: MessageRunnerFactory | None = None,
     ) -> None:
         self.config = config
         self.tokens = tokens
@@ -81,7 +83,9 @@ class Services:
         # The budgets of session trees: the agent loop and the sub-agent service share them.
         self.budgets = TreeBudgets(config.limits, lambda: self.store)
         # Metrics, traces and tool-call log lines: one bus subscriber (server.observer).
-        self.observer = Observer(self)
+        self.observer = Observer(
+            LiveCounts(clients=self.presence.count, turns_running=self._turns_running)
+        )
         self.plugin_errors: list[PluginLoadError] = []
         # Set by start(): the sandbox every session shares, or None and why not.
         self.sandbox_config: SandboxConfig | None = None
@@ -153,7 +157,7 @@ class Services:
             # EventBus's interface the server uses (see eventbus/cluster/bus.py).
             from server.cluster import ClusterServices
 
-            self.cluster = ClusterServices(self, cfg.cluster)
+            self.cluster = ClusterServices(cfg.cluster, self._store)
             cluster_bus = await self.cluster.start_bus(
                 max_queue=max(queue, 10_000), on_failure=self._bus_failed
             )
@@ -177,7 +181,11 @@ class Services:
         )
         self.plugin_errors = register_tools(self._dispatcher, cfg)
         message_runner = (
-            self._message_runner_factory(self) if self._message_runner_factory else None
+            self._message_runner_factory(
+                RunnerParts(cfg, self._store, self.memory_store, self.budgets)
+            )
+            if self._message_runner_factory
+            else None
         )
         # The agent loop imports its provider SDK and builds its client here, off the loop.
         self._message_runner = message_runner
@@ -220,9 +228,16 @@ class Services:
             dispatch_session_factory=dispatch_session_factory,
             sandbox_config=self.sandbox_config,
         )
-        self.mcp = await start_mcp(self)
+        self.mcp = await start_mcp(
+            cfg.mcp_servers,
+            self._dispatcher,
+            sandbox_config=self.sandbox_config,
+            bus=self._bus,
+            session_ids=lambda: [record.id for record in self.store.list_sessions()],
+        )
         if self.cluster is not None:
-            await self.cluster.start()  # leases, lapse watcher, forwarding inbox
+            # Leases, lapse watcher, forwarding inbox.
+            await self.cluster.start(self._sessions, self._dispatcher.broker)
         log_file = self._log
         recovered = await self._turns.recover(
             lambda turn_ids: asyncio.to_thread(log_file.turn_ends, turn_ids)
@@ -236,6 +251,18 @@ class Services:
         ev = cfg.events
         if (ev.retention_events, ev.retention_bytes, ev.retention_age_s) != (None, None, None):
             self._pruner = asyncio.create_task(self._prune_forever(ev.prune_interval))
+
+    def mcp_endpoint_parts(self) -> EndpointParts:
+        """What toolrelay's own MCP endpoint uses of the started services."""
+        return EndpointParts(
+            sessions=self.sessions,
+            dispatcher=self.dispatcher,
+            check_storage=self.turns.check_storage,
+            mcp=self.mcp,
+        )
+
+    def _turns_running(self) -> int:
+        return self._turns.running_count() if self._turns is not None else 0
 
     def _live_workspaces(self) -> list[str]:
         return [record.workspace for record in self.store.list_sessions()]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from dispatcher import DispatchSession, ToolDispatcher
 from dispatcher.event_output import event_message
@@ -21,6 +21,12 @@ from dispatcher.publisher import EventPublisher
 from protocol.canonical import Message, ToolResultBlock, ToolUseBlock, text_result
 from protocol.payloads import MessageCompleted, Payload
 from server.store import MessageRecord, TurnFailureReason
+
+if TYPE_CHECKING:
+    from dispatcher.memory import MemoryService
+    from server.config import Config
+    from server.store import Store
+    from server.tree_budget import TreeBudgets
 
 
 @dataclass(slots=True)
@@ -107,6 +113,22 @@ class TurnRunner(Protocol):
     tool_result, even when cancelled."""
 
     async def run(self, ctx: TurnContext) -> TurnOutcome: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerParts:
+    """What a message runner is built from (``create_app``'s
+    ``message_runner_factory`` receives it once the services started their
+    store): the configuration, the state store, the memory store (None when
+    it could not open) and the budgets of session trees."""
+
+    config: Config
+    store: Store
+    memories: MemoryService | None
+    budgets: TreeBudgets
+
+
+MessageRunnerFactory = Callable[[RunnerParts], "TurnRunner | None"]
 
 
 class ToolUsesRunner:

@@ -109,3 +109,156 @@ def test_the_inner_checker_sees_a_tool_import(tmp_path: Path) -> None:
     assert "dispatcher.tools.shell" in _modules_imported(module)
     module.write_text("from dispatcher import tools\n")
     assert "dispatcher.tools" in _modules_imported(module)
+
+
+# No import cycles between our modules. An edge is an import a module runs
+# when it is loaded: statements at module level, in classes, and under module
+# level ``if``/``try``; an import inside a function runs later and is not an
+# edge, and one under ``if TYPE_CHECKING:`` never runs, so it is not one
+# either (except in CYCLE_FREE_WITH_TYPES below). ``from pkg import sub`` with
+# ``sub`` a module is an edge to ``pkg.sub``.
+PACKAGES = tuple(sorted(ALLOWED))
+# Packages whose modules form no cycle even counting TYPE_CHECKING imports:
+# there a cycle in the types means a part reaches back into whatever built it
+# (the services) instead of receiving the narrow things it uses.
+CYCLE_FREE_WITH_TYPES = ("server",)
+
+
+def _module_map() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _load_time_imports(
+    name: str, path: Path, modules: dict[str, Path], *, with_types: bool = False
+) -> set[str]:
+    """The modules of ours that loading ``name`` imports (see above)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    edges: set[str] = set()
+
+    def absolute(node: ast.ImportFrom) -> str:
+        if not node.level:
+            return node.module or ""
+        base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+        return ".".join([*base, *([node.module] if node.module else [])])
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, ast.Import):
+                edges.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                module = absolute(node)
+                subs = {f"{module}.{a.name}" for a in node.names} & modules.keys()
+                edges.update(subs)
+                if len(subs) < len(node.names):
+                    edges.add(module)
+            elif isinstance(node, ast.If):
+                if with_types or not _is_type_checking(node.test):
+                    visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, ast.Try):
+                visit(node.body)
+                visit(node.orelse)
+                visit(node.finalbody)
+                for handler in node.handlers:
+                    visit(handler.body)
+            elif isinstance(node, ast.ClassDef | ast.With):
+                visit(node.body)
+
+    visit(ast.parse(path.read_text(encoding="utf-8"), filename=str(path)).body)
+    return (edges & modules.keys()) - {name}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan,
+    iterative: no recursion limit to hit)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def _describe(cycles: list[list[str]], graph: dict[str, set[str]]) -> str:
+    lines = []
+    for component in cycles:
+        lines.append(" <-> ".join(component))
+        lines.extend(
+            f"    {m} imports {', '.join(sorted(graph[m] & set(component)))}" for m in component
+        )
+    return "\n".join(lines)
+
+
+def test_no_import_cycles_between_our_modules() -> None:
+    modules = _module_map()
+    graph = {name: _load_time_imports(name, path, modules) for name, path in modules.items()}
+    cycles = _cycles(graph)
+    assert not cycles, "import cycles:\n" + _describe(cycles, graph)
+
+
+@pytest.mark.parametrize("package", CYCLE_FREE_WITH_TYPES)
+def test_no_cycles_even_in_type_hints(package: str) -> None:
+    modules = {n: p for n, p in _module_map().items() if n.split(".")[0] == package}
+    graph = {
+        name: _load_time_imports(name, path, modules, with_types=True)
+        for name, path in modules.items()
+    }
+    cycles = _cycles(graph)
+    assert not cycles, "import cycles (TYPE_CHECKING imports counted):\n" + _describe(cycles, graph)
+
+
+def test_the_cycle_checker_sees_a_cycle(tmp_path: Path) -> None:
+    a, b, c = tmp_path / "a.py", tmp_path / "b.py", tmp_path / "c.py"
+    a.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import b\n")
+    b.write_text("try:\n    from c import x\nexcept ImportError:\n    pass\n")
+    c.write_text("def f():\n    import b\nclass K:\n    from a import y\n")
+    modules = {"a": a, "b": b, "c": c}
+    graph = {n: _load_time_imports(n, p, modules) for n, p in modules.items()}
+    assert graph == {"a": set(), "b": {"c"}, "c": {"a"}}
+    assert _cycles(graph) == []
+    typed = {n: _load_time_imports(n, p, modules, with_types=True) for n, p in modules.items()}
+    assert _cycles(typed) == [["a", "b", "c"]]

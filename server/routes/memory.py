@@ -1,4 +1,4 @@
-"""Memory routes: see and remove what agents kept (dispatcher.tools.knowledge.store).
+"""Memory routes: see and remove what agents kept (dispatcher.memory).
 
 ``GET /memory?workspace=`` lists memories oldest first; ``DELETE
 /memory/{id}`` removes one and announces it (``memory.deleted`` on the stream
@@ -16,8 +16,7 @@ from typing import Any
 
 from fastapi import APIRouter, Query, Response
 
-from dispatcher.tools.knowledge.memory_events import announce_change
-from dispatcher.tools.knowledge.store import Memory, MemoryNotFound, MemoryStore
+from dispatcher.memory import Memory, MemoryNotFound, MemoryService, announce_change
 from protocol.catalog import EventType
 from server.errors import NotFound, StorageUnavailable
 from server.memory_service import announcer
@@ -27,7 +26,7 @@ from server.runtime import Services
 router = APIRouter(tags=["memory"])
 
 
-def _store(runtime: Services) -> MemoryStore:
+def _store(runtime: Services) -> MemoryService:
     store = runtime.memory_store
     if store is None:
         raise StorageUnavailable("the memory store is not open")

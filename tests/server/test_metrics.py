@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx2
 import pytest
@@ -14,6 +13,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from eventbus import EventBus, EventLog, SubscriberTooSlow
+from server.metrics import LiveCounts
 from server.observer import Observer
 from server.presence import Presence
 from tests.harness import ServerProcess
@@ -208,27 +208,13 @@ async def test_model_calls_and_provider_errors(
     assert dict(labels)["error_kind"] == "bad_request"
 
 
-class _Turns:
-    def running_count(self) -> int:
-        return 0
-
-
-class _Services:
-    """What the metrics read from the server's services at scrape time."""
-
-    def __init__(self) -> None:
-        self.presence = Presence()
-        self.turns = _Turns()
-
-
 async def test_the_observer_resumes_from_the_log_without_losing_or_repeating() -> None:
     """A real bus and log; the observer's subscription is cut off as a too-slow
     subscriber would be, while events keep coming: it resumes from its cursor."""
     log = EventLog.open(":memory:")
     bus = EventBus(log)
     await bus.start()
-    runtime: Any = _Services()
-    observer = Observer(runtime)
+    observer = Observer(LiveCounts(clients=Presence().count, turns_running=lambda: 0))
     await observer.start(bus)
     try:
 

@@ -1,6 +1,6 @@
 """memory_add, memory_replace, memory_search, memory_consolidate, memory_delete.
 
-What an agent keeps between sessions of one workspace (dispatcher.tools.knowledge.store).
+What an agent keeps between sessions of one workspace (dispatcher.memory).
 The session hands the tools a ``MemoryScope`` as their ``memory`` tool option:
 the store, the session's workspace and owner (the token that created the
 session), and how to publish a ``memory.*`` event on the session's stream.
@@ -21,10 +21,15 @@ import asyncio
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from dispatcher.errors import ToolExecutionError, ToolValidationFailed
+from dispatcher.memory import (
+    Memory,
+    MemoryNotFound,
+    MemoryScope,
+    announce_change,
+    announce_consolidated,
+)
 from dispatcher.tool import BaseTool, ToolContext, ToolEffects, ToolOutput, summarize_input
 from dispatcher.tools.common import check_cancelled, object_schema
-from dispatcher.tools.knowledge.memory_events import announce_change, announce_consolidated
-from dispatcher.tools.knowledge.store import Memory, MemoryNotFound, MemoryScope
 from dispatcher.tools.shapes import COUNT, NUMBER, STRING, array, record
 from protocol.canonical import SideEffects, ToolDefinition
 from protocol.catalog import EventType

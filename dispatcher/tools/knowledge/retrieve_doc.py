@@ -18,9 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from dispatcher.memory.store import fts_query
 from dispatcher.tool import BaseTool, ToolContext, ToolOutput
 from dispatcher.tools.common import check_cancelled, object_schema, path_property
-from dispatcher.tools.knowledge.store import fts_query
 from dispatcher.tools.search.candidates import Candidate, open_candidates, read_fd
 from dispatcher.tools.search.walk import Walk
 from dispatcher.tools.shapes import COUNT, LINE, NUMBER, PATH, STRING, array, record

@@ -11,19 +11,14 @@ import pytest
 
 from dispatcher import WorkspaceFileAPI
 from dispatcher.errors import ToolError
+from dispatcher.memory import MemoryNotFound, MemoryScope, MemoryStore
+from dispatcher.memory.store import fts_query, jaccard
 from dispatcher.tools.knowledge.memory import (
     MemoryAddTool,
     MemoryConsolidateTool,
     MemoryDeleteTool,
     MemoryReplaceTool,
     MemorySearchTool,
-)
-from dispatcher.tools.knowledge.store import (
-    MemoryNotFound,
-    MemoryScope,
-    MemoryStore,
-    fts_query,
-    jaccard,
 )
 from protocol.payloads import Payload
 from tests.dispatcher.tools.support import run_tool, text_of

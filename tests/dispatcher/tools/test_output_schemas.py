@@ -18,6 +18,7 @@ from jsonschema import Draft7Validator
 from adapters import anthropic_wire, openai_wire
 from dispatcher import ToolOutput, WorkspaceFileAPI
 from dispatcher.errors import ToolRegistrationError
+from dispatcher.memory import MemoryScope, MemoryStore
 from dispatcher.schema_subset import CompiledValidator, check_subset
 from dispatcher.tool import ToolFactory
 from dispatcher.tools import builtin_tool_factories, knowledge_tool_factories
@@ -44,7 +45,6 @@ from dispatcher.tools.knowledge.memory import (
     MemorySearchTool,
 )
 from dispatcher.tools.knowledge.retrieve_doc import RetrieveDocTool
-from dispatcher.tools.knowledge.store import MemoryScope, MemoryStore
 from dispatcher.tools.search.grep import GrepTool
 from dispatcher.tools.search.search_code import SearchCodeTool
 from dispatcher.tools.shapes import record

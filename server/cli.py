@@ -122,9 +122,13 @@ def serve(args: argparse.Namespace) -> int:
         "cluster.redis_url": args.redis,
         "cluster.replica_id": args.replica_id,
     }
+    from protocol.extras import MissingExtra
+    from server.extras import require_configured
+
     try:
         config = load_config(args.config, overrides=overrides)
-    except ConfigInvalid as exc:
+        require_configured(config, os.environ)  # a configured feature's extra is installed
+    except (ConfigInvalid, MissingExtra) as exc:
         return _fail(str(exc), EXIT_CONFIG)
     # Before any file is created: the port (binding creates nothing), then the
     # data dir's exclusive lock (see server.startup). Each failure is one line
@@ -362,10 +366,13 @@ def _tokens(config: Config) -> tuple[list[TokenConfig], str]:
 
 
 def tui(argv: list[str]) -> int:
+    from protocol.extras import explain, require
+
     try:
+        require("tui")  # Textual: the 'tui' extra
         module = importlib.import_module("clients.tui")
     except ImportError as exc:
-        print(f"toolrelay tui: the terminal UI is not available: {exc}", file=sys.stderr)
+        print(f"toolrelay tui: {explain(exc)}", file=sys.stderr)
         return EXIT_CONFIG
     run = getattr(module, "run", None)
     if not callable(run):

@@ -31,7 +31,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
-from eventbus import Bus
+from eventbus import EventBus
 from eventbus.record import EventRecord
 from server.event_handler import Load, event_time
 
@@ -317,7 +317,7 @@ class Metrics:
 
     # -- scraping -----------------------------------------------------------------------
 
-    def attach(self, bus: Bus) -> None:
+    def attach(self, bus: EventBus) -> None:
         """The bus whose counters a scrape reports (called once it started)."""
         if self._runtime_collector is not None:
             self._runtime_collector.bus = bus
@@ -354,12 +354,12 @@ class _RuntimeCollector(Collector):
     def __init__(self, metrics: Metrics, live: LiveCounts) -> None:
         self.metrics = metrics
         self.live = live
-        self.bus: Bus | None = None  # set once the bus started
+        self.bus: EventBus | None = None  # set once the bus started
         self._retained: int | None = None
 
     async def refresh(self) -> None:
         bus = self.bus
-        log = bus.local_log if bus is not None else None
+        log = bus.log if bus is not None else None
         if log is None or log.closed:
             return
 
@@ -425,7 +425,7 @@ class _RuntimeCollector(Collector):
                 "Events the log holds (after pruning).",
                 value=self._retained,
             )
-        log = bus.local_log
+        log = bus.log
         if log is not None and log.path != ":memory:":
             size = 0
             for suffix in ("", "-wal"):

@@ -8,7 +8,7 @@ nothing is imported and no handler runs. The exporter (OTLP over HTTP/protobuf)
 reads the rest of its settings (headers, timeout, compression) from the
 ``OTEL_EXPORTER_OTLP_*`` variables itself; the resource from
 ``OTEL_SERVICE_NAME`` / ``OTEL_RESOURCE_ATTRIBUTES`` (service name default:
-``toolrelay``).
+``toolrelay``). The SDK and exporter are the ``otel`` extra.
 
 One trace per turn: a ``turn`` span, and under it a ``chat`` span per model
 call and an ``execute_tool <name>`` span per tool call. Spans carry the ids
@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from eventbus.record import EventRecord
-from server.observer import Load, event_time
+from protocol.extras import require
+from server.event_handler import Load, event_time
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -66,11 +67,13 @@ def tracing_from_env(
     exporter_factory: Callable[[], SpanExporter] | None = None,
 ) -> Tracing | None:
     """A Tracing handler if traces are configured (or an exporter is handed in),
-    else None, without importing OpenTelemetry at all."""
+    else None, without importing OpenTelemetry at all. Configured without the
+    ``otel`` extra: ``protocol.extras.MissingExtra``."""
     env = os.environ if environ is None else environ
     if exporter_factory is None:
         if not tracing_configured(env):
             return None
+        require("otel")
         exporter_factory = _exporter_factory(env)
     from opentelemetry.sdk.resources import OTELResourceDetector, Resource
     from opentelemetry.sdk.trace import TracerProvider

@@ -23,9 +23,7 @@ def log_path(tmp_path: Path) -> Path:
 
 @asynccontextmanager
 async def running_bus(log: EventLog | None, **options: Any) -> AsyncIterator[EventBus]:
-    """A started bus that is closed (flushed) on the way out, checking its
-    invariants as it goes (the debug mode, see eventbus.bus)."""
-    options.setdefault("check_invariants", True)
+    """A started bus that is closed (flushed) on the way out."""
     bus = EventBus(log, **options)
     await bus.start()
     try:

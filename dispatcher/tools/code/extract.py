@@ -9,10 +9,12 @@ or a string is not a reference, a name in a nested scope is.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-import tree_sitter
+from typing import TYPE_CHECKING
 
 from dispatcher.tools.code.languages import grammar, parser
+
+if TYPE_CHECKING:  # the optional 'code' extra (languages.py)
+    import tree_sitter
 
 MAX_SIGNATURE = 200
 
@@ -196,7 +198,7 @@ def extract(language: str, source: bytes) -> FileFacts:
     tree = parser(language).parse(source)
     root = tree.root_node
     facts = FileFacts(language, error=root.has_error)
-    captures = tree_sitter.QueryCursor(grammar(language).query).captures(root)
+    captures = grammar(language).cursor().captures(root)
     def_names: set[int] = set()
     for capture, nodes in captures.items():
         if not capture.startswith("def."):

@@ -14,13 +14,23 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import tree_sitter
-import tree_sitter_go
-import tree_sitter_java
-import tree_sitter_javascript
-import tree_sitter_python
-import tree_sitter_rust
-import tree_sitter_typescript
+from dispatcher.errors import ToolExecutionError
+from protocol.extras import MissingExtra
+
+# The grammars are the optional 'code' extra: without it the server still
+# starts and registers the code tools, whose calls then fail naming the extra.
+try:
+    import tree_sitter
+    import tree_sitter_go
+    import tree_sitter_java
+    import tree_sitter_javascript
+    import tree_sitter_python
+    import tree_sitter_rust
+    import tree_sitter_typescript
+except ImportError:
+    _installed = False
+else:
+    _installed = True
 
 # File name suffix -> language name.
 EXTENSIONS: dict[str, str] = {
@@ -39,15 +49,19 @@ EXTENSIONS: dict[str, str] = {
     ".java": "java",
 }
 
-_GRAMMARS: dict[str, Callable[[], object]] = {
-    "python": tree_sitter_python.language,
-    "javascript": tree_sitter_javascript.language,
-    "typescript": tree_sitter_typescript.language_typescript,
-    "tsx": tree_sitter_typescript.language_tsx,
-    "go": tree_sitter_go.language,
-    "rust": tree_sitter_rust.language,
-    "java": tree_sitter_java.language,
-}
+
+def _grammars() -> dict[str, Callable[[], object]]:
+    """Language name -> the function of its wheel that returns the grammar."""
+    return {
+        "python": tree_sitter_python.language,
+        "javascript": tree_sitter_javascript.language,
+        "typescript": tree_sitter_typescript.language_typescript,
+        "tsx": tree_sitter_typescript.language_tsx,
+        "go": tree_sitter_go.language,
+        "rust": tree_sitter_rust.language,
+        "java": tree_sitter_java.language,
+    }
+
 
 # What each language captures. ``@def.<kind>`` marks a definition node (its
 # name is its ``name`` field); ``@ref`` every identifier-like token; the
@@ -136,6 +150,10 @@ class Grammar:
     language: tree_sitter.Language
     query: tree_sitter.Query
 
+    def cursor(self) -> tree_sitter.QueryCursor:
+        """A fresh cursor over this grammar's query (one per parsed file)."""
+        return tree_sitter.QueryCursor(self.query)
+
 
 def language_for(path: str) -> str | None:
     """The language of a file, by its suffix, or None if no grammar parses it."""
@@ -145,10 +163,17 @@ def language_for(path: str) -> str | None:
     return EXTENSIONS.get(path[dot:].lower())
 
 
+def require_grammars() -> None:
+    """Raise the tool error naming the 'code' extra unless its grammars import."""
+    if not _installed:
+        raise ToolExecutionError(str(MissingExtra("code")))
+
+
 @functools.cache
 def grammar(name: str) -> Grammar:
     """The grammar ``name`` (built once per process)."""
-    language = tree_sitter.Language(_GRAMMARS[name]())
+    require_grammars()
+    language = tree_sitter.Language(_grammars()[name]())
     return Grammar(name, language, tree_sitter.Query(language, QUERIES[name]))
 
 
@@ -157,6 +182,7 @@ _local = threading.local()
 
 def parser(name: str) -> tree_sitter.Parser:
     """This thread's parser for language ``name``."""
+    require_grammars()
     parsers: dict[str, tree_sitter.Parser] | None = getattr(_local, "parsers", None)
     if parsers is None:
         parsers = _local.parsers = {}

@@ -28,7 +28,7 @@ from dispatcher.tool import BaseTool, ToolContext, ToolOutput
 from dispatcher.tools.capped import cap
 from dispatcher.tools.code.extract import extract
 from dispatcher.tools.code.index import CodeIndex, index_for, note_session
-from dispatcher.tools.code.languages import EXTENSIONS, language_for
+from dispatcher.tools.code.languages import EXTENSIONS, language_for, require_grammars
 from dispatcher.tools.common import (
     Options,
     check_cancelled,
@@ -122,6 +122,7 @@ _LANGS = ", ".join(sorted(set(EXTENSIONS.values())))
 async def ready_index(context: ToolContext) -> CodeIndex:
     """The workspace's index, built (first call: in the background, with
     progress events while this call waits) and checked for changed files."""
+    require_grammars()  # before a build that could only fail
     index = index_for(context.workspace_files.workspace_root)
     note_session(context.session_id, index.root)
     index.start()

@@ -8,14 +8,16 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /app
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 COPY protocol ./protocol
 COPY adapters ./adapters
 COPY dispatcher ./dispatcher
 COPY eventbus ./eventbus
 COPY server ./server
 COPY clients ./clients
-RUN pip install --no-cache-dir .
+# The versions the tests passed with (constraints.txt); every extra but the
+# terminal UI, which is a client: code intelligence, OpenTelemetry, Redis.
+RUN pip install --no-cache-dir -c constraints.txt ".[code,otel,redis]"
 
 # uid/gid 1000: mounted workspaces must be writable by this uid (README, "Run it in Docker").
 RUN groupadd --gid 1000 toolrelay \

@@ -34,6 +34,19 @@ from adapters.retry import RetryPolicy
 from adapters.scripted import ScriptedAdapter
 
 PROVIDERS = ("anthropic", "openai", "openai-compatible")
+# The one provider map: the adapter module each provider needs (importing it
+# loads the provider's SDK; the agent loop does that off the event loop).
+ADAPTER_MODULES = {
+    "anthropic": "adapters.anthropic_adapter",
+    "openai": "adapters.openai_adapter",
+    "openai-compatible": "adapters.openai_adapter",
+}
+# What each provider needs from the server's environment (any one of them).
+PROVIDER_SETTINGS = {
+    "anthropic": ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"),
+    "openai": ("OPENAI_API_KEY",),
+    "openai-compatible": ("OPENAI_BASE_URL",),
+}
 DEFAULT_ANTHROPIC_MODEL = "claude-sonnet-4-5"
 DEFAULT_OPENAI_MODEL = "gpt-5.4"
 ANTHROPIC_DEFAULT_BASE_URL = "https://api.anthropic.com"

@@ -52,7 +52,7 @@ from websockets.asyncio.client import connect
 
 from benchmarks.processes import REPO_ROOT, ServerHandle, _env
 from benchmarks.report import Section, Target, percentile, table
-from server.agent_loop import DEFAULT_SYSTEM_PROMPT
+from server.agents import BUILD_PROMPT
 
 MODEL = "openai-compatible/bench-model"
 SCENARIOS = ("shell8", "read16")
@@ -200,7 +200,7 @@ async def run_turn(
     if side.server.bare:
         body |= {
             "tools": side.tools,
-            "system": DEFAULT_SYSTEM_PROMPT.replace("{workspace}", str(ws_root)),
+            "system": BUILD_PROMPT.replace("{workspace}", str(ws_root)),
         }
     response = await http.post("/sessions", json=body)
     assert response.status_code == 201, response.text

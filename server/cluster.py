@@ -56,6 +56,7 @@ from eventbus.cluster.keys import Keys
 from eventbus.cluster.leases import LapseWatcher, Leases, LostTurns
 from eventbus.cluster.log import OWNERSHIP_EVENTS
 from eventbus.cluster.presence import Presence as ClusterPresence
+from protocol.catalog import EventType
 from server.auth import Principal
 from server.cluster_routing import SESSION_PATH, default_replica_id
 from server.config import ClusterSection, ConfigInvalid
@@ -345,12 +346,12 @@ class ClusterServices:
 
     async def _track_one(self, type_: str, session_id: str, turn_id: str | None) -> None:
         store = self.store
-        if type_ == "session.created":
+        if type_ == EventType.SESSION_CREATED:
             record = store.get_session(session_id)
             if record is not None:  # created here (a route, or a sub-agent's session)
                 await self.session_created(record)
             return
-        if type_ == "session.deleted":
+        if type_ == EventType.SESSION_DELETED:
             await self.session_deleted(session_id)
             return
         if session_id not in self.leases.held or turn_id is None:
@@ -419,14 +420,17 @@ class ClusterServices:
         for _page in range(_SCAN_PAGES):
             records = await self.bus.log.read_page(session_id, after, _SCAN_PAGE)
             for record in records:
-                if record.type == "tool.confirmation_requested" and record.turn_id in turn_ids:
+                if (
+                    record.type == EventType.TOOL_CONFIRMATION_REQUESTED
+                    and record.turn_id in turn_ids
+                ):
                     data = json.loads(record.text)["data"]
                     pending[data["request_id"]] = {
                         "request_id": data["request_id"],
                         "tool_use_id": data["tool_use_id"],
                         "turn_id": record.turn_id or "",
                     }
-                elif record.type == "tool.confirmation_resolved":
+                elif record.type == EventType.TOOL_CONFIRMATION_RESOLVED:
                     pending.pop(json.loads(record.text)["data"]["request_id"], None)
             if len(records) < _SCAN_PAGE:
                 break

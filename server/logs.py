@@ -27,6 +27,8 @@ from urllib.parse import quote, unquote_plus
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.logging import AccessFormatter
 
+from protocol.catalog import EventType
+
 REDACTED = "***"
 # The LogRecord attribute holding a line's structured fields (``extra={FIELDS: {...}}``).
 FIELDS = "toolrelay"
@@ -320,17 +322,17 @@ class ToolCallLog:
     session, turn and tool_use ids. Structured in ``--log-format json``; one
     readable sentence in text."""
 
-    types = frozenset(
+    types: frozenset[str] = frozenset(
         {
-            "message.completed",
-            "tool.called",
-            "tool.confirmation_requested",
-            "tool.completed",
-            "tool.failed",
-            "tool.input_invalid",
-            "turn.completed",
-            "turn.failed",
-            "turn.cancelled",
+            EventType.MESSAGE_COMPLETED,
+            EventType.TOOL_CALLED,
+            EventType.TOOL_CONFIRMATION_REQUESTED,
+            EventType.TOOL_COMPLETED,
+            EventType.TOOL_FAILED,
+            EventType.TOOL_INPUT_INVALID,
+            EventType.TURN_COMPLETED,
+            EventType.TURN_FAILED,
+            EventType.TURN_CANCELLED,
         }
     )
 
@@ -352,7 +354,7 @@ class ToolCallLog:
                 del self._summaries[key]
             return
         data = load(record)
-        if type_ == "message.completed":
+        if type_ == EventType.MESSAGE_COMPLETED:
             # The assistant message names every call with its input, including
             # calls that end before running (denied, outside the workspace).
             message = data.get("message")
@@ -365,10 +367,10 @@ class ToolCallLog:
                         )
             return
         key = (record.turn_id, str(data.get("tool_use_id") or ""))
-        if type_ == "tool.called":
+        if type_ == EventType.TOOL_CALLED:
             self._summaries[key] = summarize(str(data.get("tool_name")), data.get("input"))
             return
-        if type_ == "tool.confirmation_requested":
+        if type_ == EventType.TOOL_CONFIRMATION_REQUESTED:
             self._summaries.setdefault(key, str(data.get("input_summary") or ""))
             return
         summary = self._summaries.pop(key, None)
@@ -385,9 +387,9 @@ class ToolCallLog:
             "turn_id": record.turn_id,
             "tool_use_id": key[1],
         }
-        if type_ == "tool.completed":
+        if type_ == EventType.TOOL_COMPLETED:
             fields["output_bytes"] = output_size(data.get("content"))
-        elif type_ == "tool.failed":
+        elif type_ == EventType.TOOL_FAILED:
             fields.update(outcome="failed", error_class=data.get("error_class"))
             fields["error"] = data.get("message")
         else:  # tool.input_invalid

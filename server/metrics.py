@@ -31,8 +31,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
-from eventbus import EventBus
+from eventbus import Bus
 from eventbus.record import EventRecord
+from protocol.catalog import EventType
 from server.event_handler import Load, event_time
 
 # No "<name>_created" series beside every counter and histogram: they double
@@ -42,7 +43,11 @@ disable_created_metrics()  # type: ignore[no-untyped-call]
 PREFIX = "toolrelay_"
 MAX_TOOL_LABELS = 256
 OTHER = "_other"
-TURN_ENDS = {"turn.completed": "completed", "turn.failed": "failed", "turn.cancelled": "cancelled"}
+TURN_ENDS: dict[str, str] = {
+    EventType.TURN_COMPLETED: "completed",
+    EventType.TURN_FAILED: "failed",
+    EventType.TURN_CANCELLED: "cancelled",
+}
 
 # Seconds. Tools range from a file read (ms) to a test suite (minutes); a turn
 # or a confirmation waits on people.
@@ -98,19 +103,19 @@ def _inc(values: dict[tuple[str, ...], float], *key: str) -> None:
 class Metrics:
     """The metrics registry of one app, and the event handler that feeds it."""
 
-    types = frozenset(
+    types: frozenset[str] = frozenset(
         {
-            "turn.started",
-            "turn.completed",
-            "turn.failed",
-            "turn.cancelled",
-            "message.completed",
-            "model.retry",
-            "tool.completed",
-            "tool.failed",
-            "tool.input_invalid",
-            "tool.confirmation_requested",
-            "tool.confirmation_resolved",
+            EventType.TURN_STARTED,
+            EventType.TURN_COMPLETED,
+            EventType.TURN_FAILED,
+            EventType.TURN_CANCELLED,
+            EventType.MESSAGE_COMPLETED,
+            EventType.MODEL_RETRY,
+            EventType.TOOL_COMPLETED,
+            EventType.TOOL_FAILED,
+            EventType.TOOL_INPUT_INVALID,
+            EventType.TOOL_CONFIRMATION_REQUESTED,
+            EventType.TOOL_CONFIRMATION_RESOLVED,
         }
     )
 
@@ -228,10 +233,10 @@ class Metrics:
     def handle(self, record: EventRecord, load: Load) -> None:
         type_ = record.type
         turn_id = record.turn_id
-        if type_ == "tool.completed" or type_ == "tool.failed":
+        if type_ == EventType.TOOL_COMPLETED or type_ == EventType.TOOL_FAILED:
             data = load(record)
-            error_class = str(data.get("error_class", "")) if type_ == "tool.failed" else ""
-            outcome = "completed" if type_ == "tool.completed" else "failed"
+            error_class = str(data.get("error_class", "")) if type_ == EventType.TOOL_FAILED else ""
+            outcome = "completed" if type_ == EventType.TOOL_COMPLETED else "failed"
             tool = self._tool_label(data.get("tool_name"), error_class)
             _inc(self.tool_calls, tool, outcome, error_class)
             duration = data.get("duration_ms")
@@ -240,28 +245,28 @@ class Metrics:
                 if hist is None:
                     hist = self._tool_hist[tool, outcome] = self.tool_duration.labels(tool, outcome)
                 hist.observe(duration / 1000.0)
-        elif type_ == "message.completed":
+        elif type_ == EventType.MESSAGE_COMPLETED:
             turn = self._turns.get(turn_id or "")
             if turn is not None and turn.source == "message":
                 self._message(turn, record, load(record))
-        elif type_ == "model.retry":
+        elif type_ == EventType.MODEL_RETRY:
             data = load(record)
             _inc(
                 self.provider_retries,
                 str(data.get("provider") or "unknown"),
                 str(data.get("error_kind") or "unknown"),
             )
-        elif type_ == "turn.started":
+        elif type_ == EventType.TURN_STARTED:
             source = str(load(record).get("source") or "unknown")
             _inc(self.turns_started, source)
             if turn_id is not None:
                 self._turns[turn_id] = _Turn(event_time(record.ts), source)
-        elif type_ == "tool.input_invalid":
+        elif type_ == EventType.TOOL_INPUT_INVALID:
             tool = self._tool_label(load(record).get("tool_name"), "")
             _inc(self.tool_calls, tool, "failed", "validation_error")
-        elif type_ == "tool.confirmation_requested":
+        elif type_ == EventType.TOOL_CONFIRMATION_REQUESTED:
             self.pending[str(load(record).get("request_id"))] = event_time(record.ts)
-        elif type_ == "tool.confirmation_resolved":
+        elif type_ == EventType.TOOL_CONFIRMATION_RESOLVED:
             data = load(record)
             decision = str(data.get("decision"))
             _inc(self.confirmations, decision)
@@ -317,7 +322,7 @@ class Metrics:
 
     # -- scraping -----------------------------------------------------------------------
 
-    def attach(self, bus: EventBus) -> None:
+    def attach(self, bus: Bus) -> None:
         """The bus whose counters a scrape reports (called once it started)."""
         if self._runtime_collector is not None:
             self._runtime_collector.bus = bus
@@ -354,12 +359,12 @@ class _RuntimeCollector(Collector):
     def __init__(self, metrics: Metrics, live: LiveCounts) -> None:
         self.metrics = metrics
         self.live = live
-        self.bus: EventBus | None = None  # set once the bus started
+        self.bus: Bus | None = None  # set once the bus started
         self._retained: int | None = None
 
     async def refresh(self) -> None:
         bus = self.bus
-        log = bus.log if bus is not None else None
+        log = bus.local_log if bus is not None else None
         if log is None or log.closed:
             return
 
@@ -425,7 +430,7 @@ class _RuntimeCollector(Collector):
                 "Events the log holds (after pruning).",
                 value=self._retained,
             )
-        log = bus.log
+        log = bus.local_log
         if log is not None and log.path != ":memory:":
             size = 0
             for suffix in ("", "-wal"):

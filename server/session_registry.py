@@ -21,7 +21,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from adapters.errors import AdapterMisconfigured
-from adapters.registry import default_model, parse_model, process_environment
+from adapters.registry import PROVIDER_SETTINGS, default_model, parse_model, process_environment
 from adapters.scripted_script import load_script
 from dispatcher import DispatchSession, PolicyConfig, RulePolicy, ToolDispatcher
 from dispatcher.pipeline.profiles import DEFAULT_PROFILE
@@ -392,18 +392,10 @@ class SessionRegistry:
         return self.store.messages(record.id)
 
 
-# What each provider needs from the server's environment (as captured at
-# start-up: keys are removed from os.environ then, see adapters/registry.py).
-_PROVIDER_SETTINGS = {
-    "anthropic": ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"),
-    "openai": ("OPENAI_API_KEY",),
-    "openai-compatible": ("OPENAI_BASE_URL",),
-}
-
-
 def _missing_provider_setting(provider: str) -> str | None:
     """The variable(s) a provider needs and the server lacks, or None."""
-    names = _PROVIDER_SETTINGS.get(provider)
+    # As captured at start-up: keys are removed from os.environ then.
+    names = PROVIDER_SETTINGS.get(provider)
     if not names:
         return None
     env = process_environment()

@@ -22,7 +22,8 @@ from dispatcher.tools import ListDirTool, ReadFileTool
 from eventbus.validation import validate_payload
 from protocol.canonical import Message
 from protocol.payloads import Payload
-from server.agent_loop import DEFAULT_SYSTEM_PROMPT, AgentLoop
+from server.agent_loop import AgentLoop
+from server.agents import BUILD_PROMPT
 from server.config import Config
 from server.store import SessionRecord, Store, TurnRecord
 from server.turns import TurnContext, TurnOutcome
@@ -242,7 +243,7 @@ def test_system_prompt_names_the_workspace_and_keeps_other_braces(tmp_path: Path
     try:
         default = AgentLoop(Config(), store, env={}).system_prompt("/work/proj")
         assert "/work/proj" in default and "{workspace}" not in default
-        assert default == DEFAULT_SYSTEM_PROMPT.replace("{workspace}", "/work/proj")
+        assert default == BUILD_PROMPT.replace("{workspace}", "/work/proj")
         custom = Config.model_validate({"model": {"system_prompt": "In {workspace}: use {json}."}})
         assert AgentLoop(custom, store, env={}).system_prompt("/w") == "In /w: use {json}."
     finally:

@@ -21,9 +21,9 @@ own ``bwrap`` line. Inside, a process sees:
 
 Besides, in every sandbox (``SandboxConfig.files``, dispatcher/sandbox_files.py):
 the admin's protected workspace globs are bound read-only over the
-workspace bind (the folders above them pinned, missing literal paths held
-by an empty placeholder, each bind checked inside before the command runs),
-and hidden workspace globs are covered. A ``user`` token's sandbox also
+workspace bind when it is writable (the folders above them pinned, each
+bind checked inside before the command runs; nothing is created for a
+missing one), and hidden workspace globs are covered. A ``user`` token's sandbox also
 covers other users' roots and other sessions' workspaces (``Isolation``).
 
 Why hand-written: bubblewrap is the maintained engine; this module only
@@ -207,7 +207,7 @@ class Sandbox:
         if not self._files:
             return [], []
         try:
-            found = self._files.expand(self.workspace_root)
+            found = self._files.expand(self.workspace_root, read_only=writable_workspace)
         except TooManyMatches as exc:
             raise SandboxUnavailable(str(exc)) from None
         if found.truncated:

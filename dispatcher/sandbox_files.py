@@ -15,10 +15,20 @@ spawn the globs are expanded against the workspace as it is then:
   bounded by ``MAX_SCAN_ENTRIES`` entries (what lies past the bound is not
   looked at: say so, never hang a spawn on a huge tree).
 
-A literal read-only path that does not exist yet, in a folder that does,
-gets an empty placeholder (a file, or a folder for ``secrets/**``), so that
-no sandboxed process can create it: a mount needs something to sit on, and
-bubblewrap would otherwise create a mode-0444 file there itself.
+A protected path that does not exist gets no mount: nothing is ever
+created in the workspace for it (a placeholder would be a file the user
+never made, in their checkout). A sandboxed process can then create it;
+the guardrail still refuses a call that names it, and what such a process
+creates is a new file: no secret is there to overwrite (specs/security.md,
+"What is not guaranteed").
+
+A spawn whose workspace is bound read-only (searches, git's reads) needs no
+read-only binds: ``expand(root, read_only=False)`` looks for the hidden
+globs only. The walk keeps its folder listings between spawns
+(dispatcher/sandbox_scan.py): a spawn lstats each folder it reaches and
+lists again only those that changed. A hidden glob is also looked for
+inside a protected folder (``*.pem`` under ``secrets/**``): the read-only
+bind shows that folder, the hidden mount on top covers the match.
 
 What a spawn must pin: every folder between the workspace root and a match
 (outermost first). A folder that holds a mount can still be renamed, and a
@@ -34,19 +44,20 @@ this look and bubblewrap's mount).
 
 from __future__ import annotations
 
-import errno
 import itertools
 import os
 import posixpath
 import re
 import stat
+import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from wcmatch import glob
 
 from dispatcher.pipeline.globs import FLAGS, PathGlobs
+from dispatcher.sandbox_scan import Entry, Listing, ListingCache
 
 # Entries (files and folders) one spawn's walk may look at; past it the walk
 # stops (deep matches past the bound are not covered: specs/security.md).
@@ -91,9 +102,10 @@ class Found:
 class _Patterns:
     """One glob list, split by how it is found (see the module docstring).
 
-    The walk matches each entry once (a covered folder is not entered, so
-    its parents never need matching again): a pattern without ``/`` against
-    the entry's name, the others against its relative path, each list as one
+    The walk matches each entry once (inside a folder a list covers, that
+    list is not matched again, so parents never need matching): a pattern
+    without ``/`` against the entry's name, the others against its relative
+    path, each list as one
     regular expression translated by wcmatch (the guardrails' dialect). Per
     entry that is about a microsecond, where ``PathGlobs.matches`` (parents
     included) takes some 30 (benchmarks/sandbox_binds.py)."""
@@ -143,36 +155,31 @@ def _only_stars(parts: list[str]) -> bool:
 
 
 class WorkspaceMatcher:
-    """Compiled once per sandbox; ``expand`` runs at each spawn."""
+    """Compiled once per sandbox (one workspace); ``expand`` runs at each
+    spawn, from any thread, its walk cached (dispatcher/sandbox_scan.py)."""
 
-    def __init__(self, globs: WorkspaceGlobs) -> None:
+    def __init__(self, globs: WorkspaceGlobs, *, now: Callable[[], int] = time.time_ns) -> None:
         self.read_only = _Patterns(globs.read_only)
         self.hidden = _Patterns(globs.hidden)
+        self.listings = ListingCache(self._classify, now=now)
 
     def __bool__(self) -> bool:
         return bool(self.read_only.globs or self.hidden.globs)
 
-    def expand(self, root: str) -> Found:
-        """The paths of workspace ``root`` (real, absolute) to mount; creates
-        placeholders for missing literal read-only paths. TooManyMatches when
-        more than MAX_MATCHES paths would be mounted."""
+    def expand(self, root: str, *, read_only: bool = True) -> Found:
+        """The paths of workspace ``root`` (real, absolute) to mount; with
+        ``read_only=False`` (a read-only workspace bind) the hidden ones only.
+        Creates nothing. TooManyMatches when more than MAX_MATCHES paths
+        would be mounted."""
         found = Found()
         ro: dict[str, os.stat_result] = {}
         hidden: dict[str, os.stat_result] = {}
-        for rel in self.read_only.literals:
-            st = _lstat_real(root, rel) or _placeholder(root, rel, folder=False)
-            if st is not None:
-                ro[rel] = st
-        for rel in self.read_only.folders:
-            st = _lstat_real(root, rel) or _placeholder(root, rel, folder=True)
-            if st is not None:
-                ro[rel] = st
-        for rel in (*self.hidden.literals, *self.hidden.folders):
-            st = _lstat_real(root, rel)
-            if st is not None:
-                hidden[rel] = st
-        if self.read_only.needs_walk or self.hidden.needs_walk:
-            found.truncated = self._walk(root, ro, hidden)
+        if read_only:
+            _lookup(root, (*self.read_only.literals, *self.read_only.folders), ro)
+        _lookup(root, (*self.hidden.literals, *self.hidden.folders), hidden)
+        if self.hidden.needs_walk or (read_only and self.read_only.needs_walk):
+            with self.listings.walk(root) as list_folder:
+                found.truncated = self._walk(list_folder, read_only, ro, hidden)
         if len(ro) + len(hidden) > MAX_MATCHES:
             raise TooManyMatches(
                 f"the protected and hidden file patterns match {len(ro) + len(hidden)} paths "
@@ -182,35 +189,62 @@ class WorkspaceMatcher:
         _fill(found, root, ro, hidden)
         return found
 
+    def _classify(self, rel: str, name: str) -> tuple[bool, bool]:
+        if self.hidden.covers(rel, name):
+            return True, False
+        return False, self.read_only.covers(rel, name)
+
     def _walk(
-        self, root: str, ro: dict[str, os.stat_result], hidden: dict[str, os.stat_result]
+        self,
+        list_folder: Callable[[str], Listing | None],
+        with_read_only: bool,
+        ro: dict[str, os.stat_result],
+        hidden: dict[str, os.stat_result],
     ) -> bool:
-        """Breadth first from the root, never following a link; a covered
-        folder is taken whole (not entered). True when the bound stopped it."""
-        queue: deque[str] = deque([""])
+        """Breadth first from the root, never following a link; a hidden
+        folder is not entered, a read-only one only to look for hidden
+        globs (what it holds is bound with it). True when the bound
+        (MAX_SCAN_ENTRIES entries) stopped it."""
+        enter_read_only = self.hidden.needs_walk
+        queue: deque[tuple[str, bool]] = deque([("", False)])  # (folder, inside a read-only one)
         seen = 0
         while queue:
-            rel_dir = queue.popleft()
-            try:
-                entries = list(os.scandir(os.path.join(root, rel_dir) if rel_dir else root))
-            except OSError:
+            rel_dir, inside_ro = queue.popleft()
+            listing = list_folder(rel_dir)
+            if listing is None:
                 continue
-            for entry in entries:
-                seen += 1
-                if seen > MAX_SCAN_ENTRIES:
+            room = MAX_SCAN_ENTRIES - seen
+            for entry in listing.entries:
+                if entry.index >= room:
                     return True
-                rel = posixpath.join(rel_dir, entry.name) if rel_dir else entry.name
-                is_dir = entry.is_dir(follow_symlinks=False)
-                if self.hidden.covers(rel, entry.name):
-                    hidden.setdefault(rel, entry.stat(follow_symlinks=False))
+                # Joined by hand: a warm walk is mostly this loop (posixpath.join
+                # costs a quarter of it, benchmarks/sandbox_binds.py "warm").
+                rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+                if entry.hidden:
+                    hidden.setdefault(rel, _stat(entry))
                     continue
-                if self.read_only.covers(rel, entry.name):
-                    if not entry.is_symlink():
-                        ro.setdefault(rel, entry.stat(follow_symlinks=False))
-                    continue
-                if is_dir:
-                    queue.append(rel)
+                covered = with_read_only and entry.read_only and not inside_ro
+                if covered and not entry.is_link:
+                    ro.setdefault(rel, _stat(entry))
+                if entry.is_dir and (enter_read_only or not covered):
+                    queue.append((rel, inside_ro or covered))
+            seen += listing.size
+            if seen > MAX_SCAN_ENTRIES:
+                return True
         return False
+
+
+def _stat(entry: Entry) -> os.stat_result:
+    assert entry.stat is not None  # covered entries carry their lstat
+    return entry.stat
+
+
+def _lookup(root: str, rels: Iterable[str], into: dict[str, os.stat_result]) -> None:
+    """Literal paths, looked up directly: those that exist (real) go ``into``."""
+    for rel in rels:
+        st = _lstat_real(root, rel)
+        if st is not None:
+            into[rel] = st
 
 
 def _lstat_real(root: str, rel: str) -> os.stat_result | None:
@@ -222,32 +256,6 @@ def _lstat_real(root: str, rel: str) -> os.stat_result | None:
         return os.lstat(path)
     except OSError:
         return None
-
-
-def _placeholder(root: str, rel: str, *, folder: bool) -> os.stat_result | None:
-    """Create an empty file (or folder) at ``root/rel`` when its parent folder
-    exists (real, no link on the way) and nothing is there; None otherwise."""
-    parent = os.path.dirname(os.path.join(root, rel))
-    if os.path.realpath(parent) != os.path.normpath(parent) or not os.path.isdir(parent):
-        return None
-    try:
-        fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    except OSError:
-        return None
-    name = os.path.basename(rel)
-    try:
-        if folder:
-            os.mkdir(name, 0o755, dir_fd=fd)
-        else:
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-            os.close(os.open(name, flags, 0o644, dir_fd=fd))
-        return os.stat(name, dir_fd=fd, follow_symlinks=False)
-    except OSError as exc:
-        if exc.errno == errno.EEXIST:
-            return None  # made meanwhile (a link, say): the walk judges it
-        return None
-    finally:
-        os.close(fd)
 
 
 def _fill(

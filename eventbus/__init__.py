@@ -1,8 +1,10 @@
 """The event bus: ordered, durable, replayable events for every client.
 
-``EventBus`` assigns ``seq``/``session_seq``, commits each event to the
-SQLite ``EventLog`` and only then fans it out to ``Subscription``s, which
-replay from a cursor and continue live without gaps.
+``EventBus`` assigns ``seq``/``session_seq``, makes each event durable (the
+event ring or the SQLite ``EventLog``) and only then fans it out to
+``Subscription``s, which replay from a cursor and continue live without gaps.
+Every bus (this one, and the cluster's) implements ``Bus``; the invariants
+they keep are written in eventbus.bus.
 
 Names are imported on first use: the log's child process imports
 ``eventbus.log`` and must not pay for pydantic (a few hundred milliseconds).
@@ -14,7 +16,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from eventbus.bus import DEBUG_ENV, BusStats, EventBus
+    from eventbus.bus import DEBUG_ENV, EventBus
+    from eventbus.delivery import InvariantBroken
     from eventbus.errors import (
         BusClosed,
         BusNotStarted,
@@ -29,13 +32,16 @@ if TYPE_CHECKING:
         SubscriberTooSlow,
         UnknownEventType,
     )
+    from eventbus.interface import Bus, BusStats
     from eventbus.log import EventLog
     from eventbus.record import EventRecord
     from eventbus.subscription import Subscription
     from eventbus.validation import payload_model, validate_payload
 
 _HOMES = {
-    "eventbus.bus": ("DEBUG_ENV", "BusStats", "EventBus"),
+    "eventbus.bus": ("DEBUG_ENV", "EventBus"),
+    "eventbus.delivery": ("InvariantBroken",),
+    "eventbus.interface": ("Bus", "BusStats"),
     "eventbus.errors": (
         "BusClosed",
         "BusNotStarted",
@@ -59,6 +65,7 @@ _MODULE_OF = {name: module for module, names in _HOMES.items() for name in names
 
 __all__ = [
     "DEBUG_ENV",
+    "Bus",
     "BusClosed",
     "BusNotStarted",
     "BusStats",
@@ -72,6 +79,7 @@ __all__ = [
     "EventNotSerializable",
     "EventRecord",
     "InvalidEvent",
+    "InvariantBroken",
     "PayloadInvalid",
     "SubscriberTooSlow",
     "Subscription",

@@ -12,7 +12,7 @@ from dispatcher import ToolDispatcher
 from dispatcher.mcp import McpManager
 from dispatcher.mcp.config import McpServerConfig
 from dispatcher.sandbox import SandboxConfig
-from eventbus import EventBus
+from eventbus import Bus
 from protocol.payloads import ToolsChanged
 
 log = logging.getLogger("toolrelay.mcp")
@@ -27,7 +27,7 @@ async def start_mcp(
     dispatcher: ToolDispatcher,
     *,
     sandbox_config: SandboxConfig | None,
-    bus: EventBus,
+    bus: Bus,
     session_ids: Callable[[], Iterable[str]],
     wait: float = STARTUP_WAIT,
 ) -> McpManager | None:

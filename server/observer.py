@@ -27,7 +27,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from eventbus import BusClosed, CursorExpired, EventBus, EventBusError, SubscriberTooSlow
+from eventbus import Bus, BusClosed, CursorExpired, EventBusError, SubscriberTooSlow
 from eventbus.record import EventRecord
 from eventbus.subscription import Subscription
 from server.event_handler import EventHandler
@@ -69,14 +69,14 @@ class Observer:
         # Event type -> the handlers that want it (missing: nobody; skip unparsed).
         self._routes: dict[str, list[EventHandler]] = {}
         self._task: asyncio.Task[None] | None = None
-        self._bus: EventBus | None = None
+        self._bus: Bus | None = None
         # The bus subscription being read (a new one after each resume).
         self.subscription: Subscription | None = None
         # The record parsed last and its data (see load()).
         self._loaded: EventRecord | None = None
         self._data: dict[str, Any] = {}
 
-    async def start(self, bus: EventBus) -> None:
+    async def start(self, bus: Bus) -> None:
         """Subscribe (from the bus's newest event on) and start the reading task."""
         self._bus = bus
         self.metrics.attach(bus)
@@ -121,7 +121,7 @@ class Observer:
             return data  # type: ignore[no-any-return]
         return self._data
 
-    async def _run(self, bus: EventBus, sub: Subscription | None) -> None:
+    async def _run(self, bus: Bus, sub: Subscription | None) -> None:
         routes = self._routes
         count_event = self.metrics.count_event
         load = self.load
@@ -161,7 +161,7 @@ class Observer:
     def _count(counter: dict[tuple[str, ...], float]) -> None:
         counter[()] = counter.get((), 0) + 1
 
-    async def _resubscribe(self, bus: EventBus, after: int) -> Subscription | None:
+    async def _resubscribe(self, bus: Bus, after: int) -> Subscription | None:
         try:
             return await bus.subscribe(
                 after=after, max_queue=OBSERVER_QUEUE, max_queue_bytes=OBSERVER_QUEUE_BYTES

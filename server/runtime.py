@@ -27,7 +27,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from dispatcher import ConfirmationBroker, PluginLoadError, ToolDispatcher
 from dispatcher.mcp import McpManager
@@ -35,7 +35,7 @@ from dispatcher.memory import MemoryStore
 from dispatcher.reaper import child_reaper
 from dispatcher.sandbox import SandboxConfig, SandboxUnavailable, configure
 from dispatcher.tools.code.index import FilesModifiedTap
-from eventbus import EventBus, EventBusError, EventLog
+from eventbus import Bus, EventBus, EventBusError, EventLog
 from server.auth import TOKEN_FILE, TokenRegistry
 from server.config import Config, ConfigInvalid
 from server.dispatch_factory import DispatchSessionFactory
@@ -95,7 +95,7 @@ class Services:
         # Memories of every workspace and user (server/memory_service.py).
         self.memory_store: MemoryStore | None = None
         self._log: EventLog | None = None
-        self._bus: EventBus | None = None
+        self._bus: Bus | None = None
         self._dispatcher: ToolDispatcher | None = None
         self._sessions: SessionRegistry | None = None
         self._turns: TurnSupervisor | None = None
@@ -119,7 +119,7 @@ class Services:
         return self._store
 
     @property
-    def bus(self) -> EventBus:
+    def bus(self) -> Bus:
         assert self._bus is not None, "Services.start() first"
         return self._bus
 
@@ -153,15 +153,14 @@ class Services:
         self._log = await asyncio.to_thread(EventLog.open, self.data_dir / EVENTS_FILE)
         queue = cfg.events.subscriber_queue
         if cfg.cluster.redis_url is not None:
-            # Cluster mode: the event log is Redis. ClusterBus offers the part of
-            # EventBus's interface the server uses (see eventbus/cluster/bus.py).
+            # Cluster mode: the event log is Redis (ClusterBus, a Bus as EventBus is).
             from server.cluster import ClusterServices
 
             self.cluster = ClusterServices(cfg.cluster, self._store)
             cluster_bus = await self.cluster.start_bus(
                 max_queue=max(queue, 10_000), on_failure=self._bus_failed
             )
-            self._bus = cast(EventBus, cluster_bus)
+            self._bus = cluster_bus
         else:
             self._bus = EventBus(
                 self._log,

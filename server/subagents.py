@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 from dispatcher.errors import ToolExecutionError, ToolPermissionDenied, ToolValidationFailed
 from dispatcher.tools.agents import SubagentReport, SubagentRequest
 from dispatcher.tools.agents.dispatch import SubagentStatus
-from eventbus import EventBus, EventBusError, SubscriberTooSlow
+from eventbus import Bus, EventBusError, SubscriberTooSlow
 from eventbus.subscription import Subscription
 from server.agents import UnknownAgent, resolve_agent, subagent_types
 from server.auth import Principal
@@ -92,7 +92,7 @@ class Mirror:
 
     def __init__(
         self,
-        bus: EventBus,
+        bus: Bus,
         *,
         child_id: str,
         parent_id: str,
@@ -174,7 +174,7 @@ class SubagentService:
         config: Config,
         *,
         store: Callable[[], Store],
-        bus: Callable[[], EventBus],
+        bus: Callable[[], Bus],
         turns: Callable[[], TurnSupervisor],
         budgets: TreeBudgets | None = None,
     ) -> None:

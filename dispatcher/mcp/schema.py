@@ -101,14 +101,30 @@ class _Translator:
     def node(
         self, node: Any, at: str, *, refs: tuple[str, ...], depth: int, root: bool = False
     ) -> dict[str, Any]:
+        """The subset schema for ``node`` (at ``at`` in the server's schema):
+        references and one-member allOf folded in, a ``[T, null]`` union made
+        nullable, then each keyword translated or refused."""
         if depth > MAX_DEPTH:
             raise SchemaNotExpressible("schema", at, f"nests deeper than {MAX_DEPTH} levels")
         if node is True or node == {}:
             return {}
         if not isinstance(node, dict):
             raise SchemaNotExpressible("schema", at, f"must be an object, got {node!r:.60}")
-        node = dict(node)
-        # Fold references and one-member allOf into this node first.
+        node, at, refs = self._fold(dict(node), at, refs)
+        node, nullable = self._nullable_union(node, at, refs, depth)
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            self._keyword(out, node, key, value, at, refs=refs, depth=depth, root=root)
+        if nullable:
+            out = _with_null(out, at)
+            out["x-optional"] = True  # read (and removed) by the parent's properties
+        return out
+
+    def _fold(
+        self, node: dict[str, Any], at: str, refs: tuple[str, ...]
+    ) -> tuple[dict[str, Any], str, tuple[str, ...]]:
+        """``node`` with its references and one-member allOf folded in, the
+        pointer it then stands at and the references followed to it."""
         for _ in range(MAX_DEPTH):
             if "$ref" in node:
                 target, target_at = self.resolve(node.pop("$ref"), _pointer(at, "$ref"), refs)
@@ -127,7 +143,13 @@ class _Translator:
                 node = self.merge(members[0], node, _pointer(at, "allOf"))
                 continue
             break
-        out: dict[str, Any] = {}
+        return node, at, refs
+
+    def _nullable_union(
+        self, node: dict[str, Any], at: str, refs: tuple[str, ...], depth: int
+    ) -> tuple[dict[str, Any], bool]:
+        """``node`` with an ``anyOf``/``oneOf`` of ``[T, null]`` replaced by
+        ``T``'s keywords, and whether it was (the result then accepts null)."""
         nullable = False
         for union in ("anyOf", "oneOf"):
             if union not in node:
@@ -148,54 +170,69 @@ class _Translator:
             else:
                 reason = REFUSED_KEYWORDS.get(union, f"{union} is not in the subset")
                 raise SchemaNotExpressible(union, where, reason + " (only [T, null] is)")
-        for key, value in node.items():
-            where = _pointer(at, key)
-            if key in ("$defs", "definitions") or key in ANNOTATIONS:
-                continue  # referenced parts were inlined where they are used
-            if key in ROOT_ONLY_KEYWORDS:
-                if root:
-                    out[key] = value
-                continue  # an $id inside is an annotation here: no remote lookups
-            if key == "const":
-                out["enum"] = [value]
-            elif key == "properties":
-                if not isinstance(value, dict):
-                    raise SchemaNotExpressible(key, where, "properties must be an object")
-                props: dict[str, Any] = {}
-                optional: set[str] = set()
-                for name, sub in value.items():
-                    sub_at = _pointer(where, name)
-                    props[name] = self.node(sub, sub_at, refs=refs, depth=depth + 1)
-                    if props[name].pop("x-optional", False):
-                        optional.add(name)
-                out["properties"] = props
-                if optional and "required" in node:
-                    out["required"] = [r for r in node["required"] if r not in optional]
-            elif key == "required":
-                out.setdefault("required", value)
-            elif key == "items":
-                if isinstance(value, list):
-                    raise SchemaNotExpressible(key, where, "tuple items are not in the subset")
-                out["items"] = self.node(value, where, refs=refs, depth=depth + 1)
-            elif key == "additionalProperties":
-                if value == {}:
-                    out[key] = True
-                elif isinstance(value, bool):
-                    out[key] = value
-                else:
-                    raise SchemaNotExpressible(
-                        key, where, "a schema as additionalProperties is not in the subset"
-                    )
-            elif key in REFUSED_KEYWORDS:
-                raise SchemaNotExpressible(key, where, REFUSED_KEYWORDS[key])
-            elif key in ALLOWED_KEYWORDS:
-                out[key] = copy.deepcopy(value)
-            else:
-                raise SchemaNotExpressible(key, where, "this keyword is not in the schema subset")
-        if nullable:
-            out = _with_null(out, at)
-            out["x-optional"] = True  # read (and removed) by the parent's properties
-        return out
+        return node, nullable
+
+    def _keyword(
+        self,
+        out: dict[str, Any],
+        node: dict[str, Any],
+        key: str,
+        value: Any,
+        at: str,
+        *,
+        refs: tuple[str, ...],
+        depth: int,
+        root: bool,
+    ) -> None:
+        """Translate one keyword of ``node`` into ``out``, or refuse it."""
+        where = _pointer(at, key)
+        if key in ("$defs", "definitions") or key in ANNOTATIONS:
+            return  # referenced parts were inlined where they are used
+        if key in ROOT_ONLY_KEYWORDS:
+            if root:
+                out[key] = value
+            return  # an $id inside is an annotation here: no remote lookups
+        if key == "const":
+            out["enum"] = [value]
+        elif key == "properties":
+            self._properties(out, node, value, where, refs=refs, depth=depth)
+        elif key == "required":
+            out.setdefault("required", value)
+        elif key == "items":
+            if isinstance(value, list):
+                raise SchemaNotExpressible(key, where, "tuple items are not in the subset")
+            out["items"] = self.node(value, where, refs=refs, depth=depth + 1)
+        elif key == "additionalProperties":
+            out[key] = _additional_properties(value, where)
+        elif key in REFUSED_KEYWORDS:
+            raise SchemaNotExpressible(key, where, REFUSED_KEYWORDS[key])
+        elif key in ALLOWED_KEYWORDS:
+            out[key] = copy.deepcopy(value)
+        else:
+            raise SchemaNotExpressible(key, where, "this keyword is not in the schema subset")
+
+    def _properties(
+        self,
+        out: dict[str, Any],
+        node: dict[str, Any],
+        value: Any,
+        where: str,
+        *,
+        refs: tuple[str, ...],
+        depth: int,
+    ) -> None:
+        """Each property translated; a nullable one leaves ``required``."""
+        if not isinstance(value, dict):
+            raise SchemaNotExpressible("properties", where, "properties must be an object")
+        props: dict[str, Any] = {}
+        optional: set[str] = set()
+        for name, sub in value.items():
+            props[name] = self.node(sub, _pointer(where, name), refs=refs, depth=depth + 1)
+            if props[name].pop("x-optional", False):
+                optional.add(name)
+        out["properties"] = props
+        if optional and "required" in node:
+            out["required"] = [r for r in node["required"] if r not in optional]
 
     def merge(self, base: Any, extra: dict[str, Any], at: str) -> dict[str, Any]:
         """``base`` with ``extra``'s keywords added; a keyword both set differently
@@ -214,6 +251,17 @@ class _Translator:
                 )
             merged[key] = value
         return merged
+
+
+def _additional_properties(value: Any, where: str) -> bool:
+    """``additionalProperties`` as the subset says it: a boolean (``{}`` is ``true``)."""
+    if value == {}:
+        return True
+    if isinstance(value, bool):
+        return value
+    raise SchemaNotExpressible(
+        "additionalProperties", where, "a schema as additionalProperties is not in the subset"
+    )
 
 
 def _with_null(node: dict[str, Any], at: str) -> dict[str, Any]:

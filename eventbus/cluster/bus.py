@@ -1,4 +1,4 @@
-"""ClusterBus: the EventBus interface on the Redis log, for one replica.
+"""ClusterBus: an ``eventbus.interface.Bus`` on the Redis log, for one replica.
 
 ``publish`` never waits, as ``EventBus.publish``: it queues a draft, and one
 writer task appends what is queued as one script call (one batch), in
@@ -19,7 +19,6 @@ from typing import Any
 import orjson
 import redis.asyncio as aioredis
 
-from eventbus.bus import BusStats
 from eventbus.cluster.keys import Keys
 from eventbus.cluster.live import LiveFeed
 from eventbus.cluster.log import MAX_BATCH, EventDraft, RedisEventLog
@@ -31,6 +30,7 @@ from eventbus.errors import (
     EventNotSerializable,
     UnknownEventType,
 )
+from eventbus.interface import BusStats
 from eventbus.subscription import Subscription, Visibility
 from protocol.catalog import EventType
 from protocol.payloads import Payload
@@ -39,7 +39,7 @@ _TYPE_NAMES: dict[str, str] = {t.value: t.value for t in EventType}
 
 
 class ClusterBus:
-    """publish/subscribe/flush/close like ``eventbus.EventBus``, on Redis.
+    """The ``Bus`` protocol on Redis (publish/subscribe/flush/close as ``EventBus``).
 
     ``client`` decodes responses; the live feed gets its own connection
     from the same pool for its blocking reads. ``replica_id`` and
@@ -66,7 +66,7 @@ class ClusterBus:
         self._writer: asyncio.Task[None] | None = None
         self._state = "new"
         self._on_failure = on_failure
-        self.failure: BaseException | None = None
+        self._failure: BaseException | None = None
         self.published = 0
         self.committed = 0
         self._batches = 0
@@ -117,11 +117,16 @@ class ClusterBus:
             raise EventNotSerializable(f"{name} data is not JSON-serializable: {exc}") from exc
         self.publish(name, data, session_id=session_id, turn_id=turn_id)
 
-    # -- the rest of EventBus's surface the server reads ---------------------------
+    # -- the rest of the Bus protocol ---------------------------------------------
 
     @property
     def running(self) -> bool:
         return self._state == "running"
+
+    @property
+    def failure(self) -> BaseException | None:
+        """Why the bus stopped (a failed append), or None."""
+        return self._failure
 
     @property
     def fault(self) -> str | None:
@@ -134,8 +139,9 @@ class ClusterBus:
         return self.feed.delivered_seq
 
     @property
-    def log_process_pid(self) -> int | None:
-        return None  # no log process: Redis is the log
+    def local_log(self) -> None:
+        """No SQLite file of this process holds the events: Redis does."""
+        return None
 
     def last_session_seq(self, session_id: str) -> int:
         """The newest ``session_seq`` this replica appended for the session."""
@@ -188,7 +194,7 @@ class ClusterBus:
             self._idle.set()
 
     def _fail(self, exc: BaseException) -> None:
-        self.failure = exc
+        self._failure = exc
         self._state = "closed"
         self._pending.clear()
         self._idle.set()
@@ -198,8 +204,8 @@ class ClusterBus:
     async def flush(self) -> None:
         """Wait until everything published so far is in Redis (or the bus failed)."""
         await self._idle.wait()
-        if self.failure is not None:
-            raise BusClosed(f"the cluster bus stopped: {self.failure}") from self.failure
+        if self._failure is not None:
+            raise BusClosed(f"the cluster bus stopped: {self._failure}") from self._failure
 
     async def durable(self) -> None:
         """Wait until everything published so far would survive a crash: here,

@@ -128,11 +128,6 @@ class RedisEventLog:
     soon after its replica dies.
     """
 
-    # What the server's metrics read of the embedded log to measure its file:
-    # a Redis log has no local file, so those gauges are skipped for it.
-    path = ":memory:"
-    closed = True
-
     def __init__(
         self,
         client: aioredis.Redis,

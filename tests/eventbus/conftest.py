@@ -23,7 +23,9 @@ def log_path(tmp_path: Path) -> Path:
 
 @asynccontextmanager
 async def running_bus(log: EventLog | None, **options: Any) -> AsyncIterator[EventBus]:
-    """A started bus that is closed (flushed) on the way out."""
+    """A started bus that is closed (flushed) on the way out, checking its
+    invariants as it goes (the debug mode, see eventbus.bus)."""
+    options.setdefault("check_invariants", True)
     bus = EventBus(log, **options)
     await bus.start()
     try:

@@ -24,7 +24,7 @@ from eventbus import (
     PayloadInvalid,
     UnknownEventType,
 )
-from eventbus.bus import GROUP_SEND
+from eventbus.commit import GROUP_SEND
 from protocol.catalog import EventType
 from protocol.envelope import Event
 from protocol.payloads import MessageDelta

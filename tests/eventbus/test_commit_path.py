@@ -171,12 +171,12 @@ async def test_sending_ahead_keeps_only_the_ring_marks_of_unsent_events(tmp_path
         for i in range(total):
             bus.publish("message.delta", {"text": "x" * 64, "i": i}, session_id="s")
             # Only what waits to be sent keeps a mark: never more marks than that.
-            assert len(bus._ring_marks) <= len(bus._pending)
+            assert len(bus._commit.ring_marks) <= len(bus._commit.pending)
         assert bus.stats().published == total
         await bus.flush()
         assert log.count() == total
         # The ring's header says SQLite holds everything written to it.
-        ring = bus._ring
+        ring = bus._commit.ring
         assert ring is not None and ring.ingested == ring.position
         await bus.close()
     finally:
@@ -195,8 +195,8 @@ async def test_each_batch_sent_releases_the_ring_up_to_its_own_last_event(
     try:
         bus = EventBus(log, max_batch=100)
         await bus.start()
-        sender = bus._sender
-        ring = bus._ring
+        sender = bus._commit.sender
+        ring = bus._commit.ring
         assert sender is not None and ring is not None
         ends: dict[int, int] = {}
         sent: list[tuple[int, int]] = []
@@ -215,7 +215,7 @@ async def test_each_batch_sent_releases_the_ring_up_to_its_own_last_event(
         for i in range(total):
             bus.publish("message.delta", {"text": "x" * 64, "i": i}, session_id="s")
             ends[bus.last_seq] = ring.position  # copied into the ring at publish
-            assert len(bus._ring_marks) <= len(bus._pending)
+            assert len(bus._commit.ring_marks) <= len(bus._commit.pending)
         await bus.flush()
         assert log.count() == total
         assert len(sent) >= total // 100
@@ -320,15 +320,16 @@ async def test_a_failed_batch_is_retried_before_the_ones_sent_behind_it(tmp_path
         # The bus sends ahead through any ProcessLogAccess: give it a flaky one.
         ring = Ring.open(str(tmp_path / "events.ring"), log_inode=1, capacity=64 * 1024)
         flaky = _FlakySender(log, faults=2, ring=ring)
-        bus._access = bus._sender = flaky
+        bus._commit.access = bus._commit.sender = flaky
+        flaky.on_lost = bus._commit._log_lost
         await bus.start()
         sub = await bus.subscribe(session_id="s")
         # Each sent at once, as a replay read sends what is pending (a publish
         # sends SEND_DELAY_S later): "a" fails, "b" is sent behind it.
         bus.publish("message.delta", {"text": "a"}, session_id="s")
-        bus._send_ahead()
+        bus._commit.send_ahead()
         bus.publish("message.delta", {"text": "b"}, session_id="s")
-        bus._send_ahead()
+        bus._commit.send_ahead()
         async with asyncio.timeout(STEP_TIMEOUT):
             for _ in range(1000):  # the first reply fails a loop iteration later
                 if bus.fault is not None:

@@ -153,17 +153,57 @@ def test_the_folder_around_a_protected_file_cannot_be_renamed_away(ws: Path) -> 
     _unchanged(ws)
 
 
-def test_a_missing_literal_protected_path_cannot_be_created(tmp_path: Path) -> None:
+def _everything(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
+def test_a_sandboxed_spawn_creates_nothing_in_the_workspace(tmp_path: Path) -> None:
+    """Protected and hidden globs that match nothing (no .env, no secrets/,
+    config/ without prod.yml): spawns, writable or not, leave the workspace
+    as it was. Nothing appears in the user's checkout."""
     root = tmp_path.resolve() / "empty"
     (root / "config").mkdir(parents=True)
+    (root / "src.txt").write_text("x\n", encoding="utf-8")
+    before = _everything(root)
     box = _box(root)
-    _sh(
-        box, "echo pwned > .env; echo pwned > config/prod.yml; mkdir -p secrets; echo x > secrets/k"
-    )
-    # Placeholders (empty) hold the names; nothing the process wrote is there.
-    for rel in (".env", "config/prod.yml"):
-        assert (root / rel).read_text(encoding="utf-8") == ""
-    assert (root / "secrets").is_dir() and not any((root / "secrets").iterdir())
+    assert _sh(box, "true").returncode == 0
+    ro = box.command(["/bin/sh", "-c", "true"], writable_workspace=False)
+    assert subprocess.run(ro, timeout=RUN_TIMEOUT, check=False).returncode == 0
+    assert _everything(root) == before
+
+
+def test_a_protected_path_made_in_the_sandbox_is_read_only_from_the_next_spawn(
+    tmp_path: Path,
+) -> None:
+    """A protected path that does not exist is not mounted: a process can
+    create it (a new file: there is no secret to overwrite), and every later
+    spawn binds it read-only."""
+    root = tmp_path.resolve() / "empty"
+    root.mkdir()
+    box = _box(root)
+    _sh(box, "echo first > .env; mkdir secrets; echo first > secrets/k")
+    _sh(box, "echo pwned > .env; echo pwned > secrets/k; echo new > secrets/new")
+    assert (root / ".env").read_text(encoding="utf-8") == "first\n"
+    assert (root / "secrets" / "k").read_text(encoding="utf-8") == "first\n"
+    assert not (root / "secrets" / "new").exists()
+
+
+def test_a_hidden_match_inside_a_protected_folder_is_hidden(ws: Path) -> None:
+    (ws / "secrets" / "deploy.pem").write_text("PRIVATE KEY\n", encoding="utf-8")
+    done = _sh(_box(ws), "cat secrets/deploy.pem; echo pwned > secrets/key")
+    assert "PRIVATE KEY" not in done.stdout
+    _unchanged(ws)
+
+
+def test_a_read_only_spawn_binds_hidden_globs_only(ws: Path) -> None:
+    """With the workspace read-only (searches, git's reads) nothing needs a
+    read-only bind; hidden globs still hold."""
+    argv = _box(ws).command(["/bin/sh", "-c", "cat .env; cat deploy.pem"], writable_workspace=False)
+    assert str(ws / ".env") not in argv and str(ws / "secrets") not in argv
+    assert str(ws / "deploy.pem") in argv
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False)
+    assert "TOKEN=original" in done.stdout and "PRIVATE KEY" not in done.stdout
+    assert str(ws / ".env") in _box(ws).command(["true"])  # a writable spawn binds it
 
 
 def test_git_checkout_of_a_branch_that_changes_a_protected_file_fails(ws: Path) -> None:

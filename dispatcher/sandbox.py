@@ -143,6 +143,29 @@ class Sandbox:
         in under their feet leads nowhere outside the workspace.
         """
         ws = self.workspace_root
+        args = self._namespaces(network=network, host_view=host_view)
+        for path in FRESH_DIRS:
+            args += ["--tmpfs", path]
+        for path in extra_readable:
+            real = os.path.realpath(path)
+            args += ["--ro-bind", real, real]
+        # Masks after the re-exposed paths: a folder made visible again must
+        # never uncover a hidden path inside it.
+        args += self._masks
+        args += self._isolation_masks()
+        args += ["--bind" if writable_workspace else "--ro-bind", ws, ws]
+        for path in extra_writable:
+            real = os.path.realpath(path)
+            args += ["--bind", real, real]
+        # After the workspace bind, which they narrow.
+        binds, identities = self._file_binds(writable_workspace)
+        args += binds
+        args += ["--chdir", cwd or ws, "--", *_verified(identities, argv)]
+        return args
+
+    def _namespaces(self, *, network: bool, host_view: Literal["full", "system"]) -> list[str]:
+        """bwrap with fresh namespaces (the network's unless ``network``), no
+        capabilities, the host view read-only, and fresh ``/dev`` and ``/proc``."""
         root_view = ["--ro-bind", "/", "/"] if host_view == "full" else _system_view()
         args = [
             self.config.bwrap,
@@ -162,23 +185,6 @@ class Sandbox:
         ]
         if not network:
             args.append("--unshare-net")
-        for path in FRESH_DIRS:
-            args += ["--tmpfs", path]
-        for path in extra_readable:
-            real = os.path.realpath(path)
-            args += ["--ro-bind", real, real]
-        # Masks after the re-exposed paths: a folder made visible again must
-        # never uncover a hidden path inside it.
-        args += self._masks
-        args += self._isolation_masks()
-        args += ["--bind" if writable_workspace else "--ro-bind", ws, ws]
-        for path in extra_writable:
-            real = os.path.realpath(path)
-            args += ["--bind", real, real]
-        # After the workspace bind, which they narrow.
-        binds, identities = self._file_binds(writable_workspace)
-        args += binds
-        args += ["--chdir", cwd or ws, "--", *_verified(identities, argv)]
         return args
 
     def _isolation_masks(self) -> list[str]:

@@ -177,30 +177,15 @@ class McpConnection:
         self.status.state = "stopped"
 
     async def _session(self) -> None:
+        """One connection: open the transport, list the tools, then watch
+        until the connection ends (re-listing when the server says so)."""
         self._dead.clear()
         self._relist.clear()
         self._transport_error = None
         cfg = self.config
         async with contextlib.AsyncExitStack() as stack:
-            transport: Any
-            if cfg.command is not None:
-                transport = bounded_stdio_client(
-                    self._stdio_parameters(),
-                    server=self.name,
-                    max_message_bytes=cfg.max_message_bytes,
-                )
-            else:
-                assert cfg.url is not None
-                http = await stack.enter_async_context(
-                    create_mcp_http_client(headers=dict(cfg.headers))
-                )
-                # The SDK bounds each SSE event (1 MiB by default); one key for
-                # both transports. Past it the call fails and the connection restarts.
-                transport = streamable_http_client(
-                    cfg.url, http_client=http, max_sse_event_size=cfg.max_message_bytes
-                )
             client = Client(
-                transport,
+                await self._transport(stack),
                 mode="legacy",
                 message_handler=self._on_message,
                 cache=None,
@@ -214,33 +199,56 @@ class McpConnection:
             self.status.state = "ready"
             self.status.error = None
             log.info("MCP server %s: ready with %d tool(s)", self.name, len(self.registered))
-            listed_at = time.monotonic()
-            while not self._dead.is_set():
-                if self._relist.is_set():
-                    # At most one re-list per list_changed_interval: a flood of
-                    # notifications meanwhile is one re-list, after the wait.
-                    wait = listed_at + cfg.list_changed_interval - time.monotonic()
-                    if wait > 0:
-                        with contextlib.suppress(TimeoutError):
-                            async with asyncio.timeout(wait):
-                                await self._dead.wait()
-                        continue
-                    self._relist.clear()
-                    async with asyncio.timeout(cfg.connect_timeout):
-                        tools = await self._list(client)
-                    listed_at = time.monotonic()
-                    self.manager.sync_tools(self, tools)
-                    continue
-                # The SDK offers no "closed" signal: look at its dispatcher's flag,
-                # so an idle server that exits is noticed without a call failing.
-                dispatcher = getattr(client.session, "_dispatcher", None)
-                if getattr(dispatcher, "_closed", False):
-                    break
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(WATCH_INTERVAL):
-                        await _first(self._dead, self._relist)
+            await self._watch(client)
             self.status.error = self._transport_error or "the server's connection closed"
             self.status.state = "failed"
+
+    async def _transport(self, stack: contextlib.AsyncExitStack) -> Any:
+        """The configured transport: a bounded stdio process or streamable HTTP."""
+        cfg = self.config
+        if cfg.command is not None:
+            return bounded_stdio_client(
+                self._stdio_parameters(),
+                server=self.name,
+                max_message_bytes=cfg.max_message_bytes,
+            )
+        assert cfg.url is not None
+        http = await stack.enter_async_context(create_mcp_http_client(headers=dict(cfg.headers)))
+        # The SDK bounds each SSE event (1 MiB by default); one key for both
+        # transports. Past it the call fails and the connection restarts.
+        return streamable_http_client(
+            cfg.url, http_client=http, max_sse_event_size=cfg.max_message_bytes
+        )
+
+    async def _watch(self, client: Client) -> None:
+        """Until the connection is dead: re-list the tools on list_changed,
+        and notice an idle server that exits."""
+        cfg = self.config
+        listed_at = time.monotonic()
+        while not self._dead.is_set():
+            if self._relist.is_set():
+                # At most one re-list per list_changed_interval: a flood of
+                # notifications meanwhile is one re-list, after the wait.
+                wait = listed_at + cfg.list_changed_interval - time.monotonic()
+                if wait > 0:
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(wait):
+                            await self._dead.wait()
+                    continue
+                self._relist.clear()
+                async with asyncio.timeout(cfg.connect_timeout):
+                    tools = await self._list(client)
+                listed_at = time.monotonic()
+                self.manager.sync_tools(self, tools)
+                continue
+            # The SDK offers no "closed" signal: look at its dispatcher's flag,
+            # so an idle server that exits is noticed without a call failing.
+            dispatcher = getattr(client.session, "_dispatcher", None)
+            if getattr(dispatcher, "_closed", False):
+                return
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(WATCH_INTERVAL):
+                    await _first(self._dead, self._relist)
 
     async def _list(self, client: Client) -> list[types.Tool]:
         tools: list[types.Tool] = []

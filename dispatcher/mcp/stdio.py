@@ -43,6 +43,7 @@ from mcp.client.stdio import (
     _stop_server_process,
     get_default_environment,
 )
+from mcp.os.win32.utilities import ServerProcess
 from mcp.shared.message import SessionMessage
 
 from dispatcher.mcp.lines import LineSplitter, Oversized, oversized_id
@@ -103,22 +104,45 @@ async def bounded_stdio_client(
     )
     # No awaits until the task group is entered, or a cancellation in the gap
     # would leak the live process (as in the SDK).
-    read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-    write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
-    writer_done = anyio.Event()
-    splitter = LineSplitter(max_message_bytes)
+    pipes = _Pipes(process, server, max_message_bytes)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(pipes.stdout_reader)
+        tg.start_soon(pipes.stdin_writer)
+        try:
+            yield pipes.read_stream, pipes.write_stream
+        finally:
+            # Shielded and bounded inside, as the SDK's: the process must not leak.
+            with anyio.CancelScope(shield=True):
+                await pipes.shutdown()
+            tg.cancel_scope.cancel()
 
-    async def deliver(line: bytes | Oversized) -> bool:
+
+class _Pipes:
+    """A server process's stdout read into the session's stream and the
+    session's messages written to its stdin, and their shutdown."""
+
+    def __init__(self, process: ServerProcess, server: str, max_message_bytes: int) -> None:
+        self.process = process
+        self.server = server
+        self.limit = max_message_bytes
+        self.read_writer, self.read_stream = anyio.create_memory_object_stream[
+            SessionMessage | Exception
+        ](0)
+        self.write_stream, self.write_reader = anyio.create_memory_object_stream[SessionMessage](0)
+        self.writer_done = anyio.Event()
+        self.splitter = LineSplitter(max_message_bytes)
+
+    async def deliver(self, line: bytes | Oversized) -> bool:
         """Hand one line to the session; False when the reading must stop."""
         item: SessionMessage | Exception | None
         if isinstance(line, Oversized):
-            why = too_large(server, line.size, max_message_bytes)
-            item = answer_oversized(line, server, max_message_bytes)
+            why = too_large(self.server, line.size, self.limit)
+            item = answer_oversized(line, self.server, self.limit)
             if item is None:
                 log.error("%s; it answers no request we can find: the connection ends", why)
-                await read_writer.send(MessageTooLarge(why))
+                await self.read_writer.send(MessageTooLarge(why))
                 # Closed before the drain, so the session sees the end now.
-                await read_writer.aclose()
+                await self.read_writer.aclose()
                 return False
             log.warning("%s", why)
         elif not line.strip():
@@ -127,56 +151,47 @@ async def bounded_stdio_client(
             item = await anyio.to_thread.run_sync(parse, line)
         else:
             item = parse(line)
-        await read_writer.send(item)
+        await self.read_writer.send(item)
         return True
 
-    async def stdout_reader() -> None:
-        assert process.stdout, "the server is spawned with pipes"
+    async def stdout_reader(self) -> None:
+        stdout = self.process.stdout
+        assert stdout, "the server is spawned with pipes"
         try:
-            async with read_writer:
+            async with self.read_writer:
                 try:
                     while True:
-                        chunk = await process.stdout.receive(READ_CHUNK)
-                        for line in splitter.feed(chunk):
-                            if not await deliver(line):
+                        chunk = await stdout.receive(READ_CHUNK)
+                        for line in self.splitter.feed(chunk):
+                            if not await self.deliver(line):
                                 return
                 except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
                     return
                 finally:
-                    await _drain_stdout(process)
+                    await _drain_stdout(self.process)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, ConnectionError):
             return  # our own shutdown closed a stream under the read
 
-    async def stdin_writer() -> None:
-        assert process.stdin, "the server is spawned with pipes"
+    async def stdin_writer(self) -> None:
+        stdin = self.process.stdin
+        assert stdin, "the server is spawned with pipes"
         try:
-            async with write_reader:
-                async for message in write_reader:
+            async with self.write_reader:
+                async for message in self.write_reader:
                     text = message.message.model_dump_json(by_alias=True, exclude_unset=True)
-                    await process.stdin.send((text + "\n").encode())
+                    await stdin.send((text + "\n").encode())
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
             # The server may still live: close the read side so the session
             # sees the end instead of a request waiting forever.
-            await read_writer.aclose()
+            await self.read_writer.aclose()
         finally:
-            writer_done.set()
+            self.writer_done.set()
 
-    async def shutdown() -> None:
-        read_stream.close()
-        write_stream.close()
+    async def shutdown(self) -> None:
+        self.read_stream.close()
+        self.write_stream.close()
         with anyio.move_on_after(WRITER_FLUSH_TIMEOUT):
-            await writer_done.wait()
-        await _stop_server_process(process)
-        await _aclose_all(read_stream, write_stream, read_writer, write_reader)
+            await self.writer_done.wait()
+        await _stop_server_process(self.process)
+        await _aclose_all(self.read_stream, self.write_stream, self.read_writer, self.write_reader)
         await anyio.lowlevel.checkpoint()
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(stdout_reader)
-        tg.start_soon(stdin_writer)
-        try:
-            yield read_stream, write_stream
-        finally:
-            # Shielded and bounded inside, as the SDK's: the process must not leak.
-            with anyio.CancelScope(shield=True):
-                await shutdown()
-            tg.cancel_scope.cancel()

@@ -74,7 +74,6 @@ async def run_shell_command(
         argv = sandbox.command(argv, cwd=cwd, writable_workspace=writable_workspace)
     out, err = OutputCapture(output_limit), OutputCapture(output_limit)
     started = time.perf_counter()
-    timed_out = False
     async with guarded_exec(
         argv,
         env=env,
@@ -92,15 +91,7 @@ async def run_shell_command(
         # not hold the run until its timeout.
         feeder = asyncio.ensure_future(_feed(proc.stdin, stdin))
         try:
-            async with asyncio.timeout(time_limit):
-                await proc.wait()
-        except TimeoutError:
-            timed_out = True
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(PIPE_GRACE):
-                    await proc.wait()
+            timed_out = await _wait_or_kill(proc, time_limit)
         finally:
             feeder.cancel()
             _, stuck = await asyncio.wait(readers, timeout=PIPE_GRACE)
@@ -113,6 +104,22 @@ async def run_shell_command(
         timed_out=timed_out,
         duration_ms=elapsed_ms(started),
     )
+
+
+async def _wait_or_kill(proc: asyncio.subprocess.Process, time_limit: float) -> bool:
+    """Wait for ``proc`` up to ``time_limit``; past it, kill its process group
+    and give it PIPE_GRACE to go. True when it timed out."""
+    try:
+        async with asyncio.timeout(time_limit):
+            await proc.wait()
+        return False
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(PIPE_GRACE):
+                await proc.wait()
+        return True
 
 
 async def _feed(pipe: asyncio.StreamWriter, data: bytes) -> None:

@@ -310,12 +310,9 @@ class HookRunner:
             turn_id=ctx.turn_id,
         )
 
-    async def _run_one(
-        self, compiled: _Compiled, event: HookEvent, ctx: HookContext, sandbox: Sandbox | None
-    ) -> HookResult:
-        hook = compiled.config
-        payload = context_payload(event, ctx)
-        env = {
+    def _hook_env(self, event: HookEvent, ctx: HookContext) -> dict[str, str]:
+        """The hook command's environment: the scrubbed base and the event's facts."""
+        return {
             **self._env,
             "TOOLRELAY_EVENT": event.value,
             "TOOLRELAY_SESSION_ID": ctx.session_id,
@@ -327,12 +324,18 @@ class HookRunner:
             # What ``{file}`` in the command refers to (never spliced in).
             PLACEHOLDER_VARIABLES["file"]: file_argument(ctx.file),
         }
+
+    async def _run_one(
+        self, compiled: _Compiled, event: HookEvent, ctx: HookContext, sandbox: Sandbox | None
+    ) -> HookResult:
+        hook = compiled.config
+        payload = context_payload(event, ctx)
         try:
             run = await run_shell_command(
                 compiled.command,
                 workspace_root=ctx.workspace,
                 sandbox=sandbox,
-                env=env,
+                env=self._hook_env(event, ctx),
                 time_limit=hook.timeout,
                 stdin=json.dumps(payload, ensure_ascii=False).encode("utf-8"),
                 output_limit=self._output_limit,

@@ -57,51 +57,66 @@ async def apply_with_system_patch(
         raise SystemPatchFailed("the system 'patch' program is not installed")
     with tempfile.TemporaryDirectory(prefix="toolrelay-patch-") as scratch:
         scratch, tree, diff_path = _prepare(scratch, files, originals)
-        argv = [
-            exe,
-            "-p0",
-            "--batch",
-            "--forward",
-            "--no-backup-if-mismatch",
-            "--reject-file=-",
-            "-i",
-            diff_path,
-        ]
-        if sandbox is not None:
-            try:
-                argv = sandbox.command(
-                    argv,
-                    cwd=tree,
-                    writable_workspace=False,
-                    extra_writable=[scratch],
-                    host_view="system",
-                )
-            except SandboxUnavailable as exc:
-                raise SystemPatchFailed(str(exc)) from exc
-        runner = ProcessRunner(
-            argv,
-            cwd=tree,
-            env={"PATH": os.defpath, "LC_ALL": "C"},
-            timeout=PATCH_TIMEOUT,
-            output_limit=OUTPUT_LIMIT,
-            stream_limit=0,
-            emit=_no_stream,
-            cancel_event=asyncio.Event(),
-            kill_grace=0.0,
-        )
-        try:
-            result = await runner.run()
-        except OSError as exc:
-            raise SystemPatchFailed(f"patch could not start: {exc.strerror}") from exc
-        if result.timed_out:
-            raise SystemPatchFailed(f"patch did not finish within {PATCH_TIMEOUT:g} s")
-        messages = "\n".join(
-            part for part in (result.stdout.text().strip(), result.stderr.text().strip()) if part
-        )
-        if result.exit_code != 0:
-            raise SystemPatchFailed(messages or f"patch exited with status {result.exit_code}")
+        argv = _patch_argv(exe, diff_path, tree, scratch, sandbox)
+        messages = await _run_patch(argv, tree)
         results = _collect(tree, originals)
         return results, messages
+
+
+def _patch_argv(
+    exe: str, diff_path: str, tree: str, scratch: str, sandbox: Sandbox | None
+) -> list[str]:
+    """patch applying ``diff_path`` in ``tree``; in the sandbox, only the
+    scratch folder writable and only the installed system visible."""
+    argv = [
+        exe,
+        "-p0",
+        "--batch",
+        "--forward",
+        "--no-backup-if-mismatch",
+        "--reject-file=-",
+        "-i",
+        diff_path,
+    ]
+    if sandbox is None:
+        return argv
+    try:
+        return sandbox.command(
+            argv,
+            cwd=tree,
+            writable_workspace=False,
+            extra_writable=[scratch],
+            host_view="system",
+        )
+    except SandboxUnavailable as exc:
+        raise SystemPatchFailed(str(exc)) from exc
+
+
+async def _run_patch(argv: list[str], tree: str) -> str:
+    """Run patch to its end; what it said, or SystemPatchFailed."""
+    runner = ProcessRunner(
+        argv,
+        cwd=tree,
+        env={"PATH": os.defpath, "LC_ALL": "C"},
+        timeout=PATCH_TIMEOUT,
+        output_limit=OUTPUT_LIMIT,
+        stream_limit=0,
+        emit=_no_stream,
+        cancel_event=asyncio.Event(),
+        kill_grace=0.0,
+    )
+    try:
+        result = await runner.run()
+    except OSError as exc:
+        raise SystemPatchFailed(f"patch could not start: {exc.strerror}") from exc
+    if result.timed_out:
+        raise SystemPatchFailed(f"patch did not finish within {PATCH_TIMEOUT:g} s")
+    messages = "\n".join(
+        part for part in (result.stdout.text().strip(), result.stderr.text().strip()) if part
+    )
+    if result.exit_code != 0:
+        raise SystemPatchFailed(messages or f"patch exited with status {result.exit_code}")
+    return messages
 
 
 def _prepare(

@@ -48,7 +48,7 @@ from dispatcher.errors import ToolExecutionError, ToolValidationFailed
 from dispatcher.process import guarded_exec
 from dispatcher.sandbox import Sandbox
 from dispatcher.tool import BaseTool, ToolContext, ToolOutput
-from dispatcher.tools.capped import cap, wanted
+from dispatcher.tools.capped import Capped, cap, wanted
 from dispatcher.tools.common import (
     Options,
     check_cancelled,
@@ -60,6 +60,7 @@ from dispatcher.tools.search.candidates import (
     DEFAULT_MAX_FILE_BYTES,
     DEFAULT_MAX_FILES,
     Candidate,
+    CandidateSet,
     looks_binary,
     open_candidates,
     read_fd,
@@ -185,7 +186,6 @@ class GrepTool(BaseTool):
         if "\n" in pattern or "\r" in pattern:
             raise ToolValidationFailed("pattern must be a single line of text")
         limit: int = input.get("max_results", 100)
-        ignore_case = not input.get("case_sensitive", True)
         ws = context.workspace_files
         cands = await asyncio.to_thread(
             lambda: _gather(
@@ -200,50 +200,33 @@ class GrepTool(BaseTool):
             )
         )
         check_cancelled(context, "grep")
+        ignore_case = not input.get("case_sensitive", True)
+        found = await self._search(
+            backend, context, cands.files, pattern, ignore_case, wanted(limit), max_bytes
+        )
+        check_cancelled(context, "grep")
+        return _grep_output(cap(found, limit), cands, backend, limit)
+
+    async def _search(
+        self,
+        backend: str,
+        context: ToolContext,
+        files: list[Candidate],
+        pattern: str,
+        ignore_case: bool,
+        want: int,
+        max_bytes: int,
+    ) -> list[GrepMatch]:
+        """The matches of ``pattern`` in ``files`` by the chosen backend."""
+        ws = context.workspace_files
         if backend == "python":
-            found = await asyncio.to_thread(
+            return await asyncio.to_thread(
                 lambda: python_search(
-                    ws,
-                    cands.files,
-                    pattern,
-                    ignore_case,
-                    wanted(limit),
-                    context.cancel_event.is_set,
-                    max_bytes,
+                    ws, files, pattern, ignore_case, want, context.cancel_event.is_set, max_bytes
                 )
             )
-        else:
-            found = await self._external(
-                backend,
-                ws,
-                cands.files,
-                pattern,
-                ignore_case,
-                wanted(limit),
-                max_bytes,
-                context.sandbox,
-            )
-        check_cancelled(context, "grep")
-        shown = cap(found, limit)
-        lines = [f"{m.path}:{m.line}:{clip_line(m.text)}" for m in shown.items]
-        text = "\n".join(lines) if lines else f"(no matches in {len(cands.files)} files)"
-        if shown.truncated:
-            text += "\n" + shown.notice(limit)
-        return ToolOutput.text(
-            text,
-            metadata={
-                "count": shown.count,
-                "truncated": shown.truncated,
-                "backend": backend,
-                "files_searched": len(cands.files),
-                "skipped_files": cands.skipped,
-                "file_list_truncated": cands.truncated,
-            },
-            data={
-                "matches": [{"path": m.path, "line": m.line, "text": m.text} for m in shown.items],
-                "count": shown.count,
-                "truncated": shown.truncated,
-            },
+        return await self._external(
+            backend, ws, files, pattern, ignore_case, want, max_bytes, context.sandbox
         )
 
     async def cancel(self) -> bool:
@@ -482,3 +465,29 @@ def _python_scan(
             if len(found) >= limit:
                 return found
     return found
+
+
+def _grep_output(
+    shown: Capped[GrepMatch], cands: CandidateSet, backend: str, limit: int
+) -> ToolOutput:
+    """The matches shown as ``path:line:text`` lines, with the counts clients read."""
+    lines = [f"{m.path}:{m.line}:{clip_line(m.text)}" for m in shown.items]
+    text = "\n".join(lines) if lines else f"(no matches in {len(cands.files)} files)"
+    if shown.truncated:
+        text += "\n" + shown.notice(limit)
+    return ToolOutput.text(
+        text,
+        metadata={
+            "count": shown.count,
+            "truncated": shown.truncated,
+            "backend": backend,
+            "files_searched": len(cands.files),
+            "skipped_files": cands.skipped,
+            "file_list_truncated": cands.truncated,
+        },
+        data={
+            "matches": [{"path": m.path, "line": m.line, "text": m.text} for m in shown.items],
+            "count": shown.count,
+            "truncated": shown.truncated,
+        },
+    )

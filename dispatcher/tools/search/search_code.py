@@ -37,10 +37,11 @@ from dispatcher.tools.common import (
 from dispatcher.tools.search.candidates import (
     DEFAULT_MAX_FILE_BYTES,
     DEFAULT_MAX_FILES,
+    CandidateSet,
     gather_candidates,
     open_candidates,
 )
-from dispatcher.tools.search.regex_scan import ScanResult, compile_pattern, scan
+from dispatcher.tools.search.regex_scan import LinePattern, ScanResult, compile_pattern, scan
 from dispatcher.tools.shapes import COUNT, LINE, PATH, STRING, array, record
 from protocol.canonical import SideEffects, ToolDefinition
 
@@ -130,12 +131,7 @@ class SearchCodeTool(BaseTool):
             "max_file_bytes", DEFAULT_MAX_FILE_BYTES, minimum=1, maximum=256 * 1024 * 1024
         )
         max_files = options.integer("max_files", DEFAULT_MAX_FILES, minimum=1, maximum=1_000_000)
-        pattern: str = input["pattern"]
-        ignore_case = not input.get("case_sensitive", True)
-        try:
-            rx = compile_pattern(pattern, ignore_case=ignore_case)
-        except regex.error as exc:
-            raise ToolValidationFailed(f"pattern is not a valid Python regex: {exc}") from exc
+        rx = _compile(input["pattern"], ignore_case=not input.get("case_sensitive", True))
         limit: int = input.get("max_results", 50)
         ctx_lines: int = input.get("context_lines", 2)
         ws = context.workspace_files
@@ -169,21 +165,34 @@ class SearchCodeTool(BaseTool):
         finally:
             abandoned.set()
         check_cancelled(context, "search_code")
-        shown = cap(progress.matches, limit)
-        text = _render(shown, progress, limit, len(cands.files))
-        return ToolOutput.text(
-            text,
-            metadata={
-                "count": shown.count,
-                "truncated": shown.truncated,
-                "files_searched": len(cands.files),
-                "skipped_files": cands.skipped,
-                "file_list_truncated": cands.truncated,
-                "slow_files": progress.slow_files,
-                "stopped_early": progress.stopped_early,
-            },
-            data={"matches": shown.items, "count": shown.count, "truncated": shown.truncated},
-        )
+        return _search_output(cap(progress.matches, limit), progress, cands, limit)
+
+
+def _search_output(
+    shown: Capped[dict[str, Any]], progress: ScanResult, cands: CandidateSet, limit: int
+) -> ToolOutput:
+    """The matches shown with their context, and the counts clients read."""
+    return ToolOutput.text(
+        _render(shown, progress, limit, len(cands.files)),
+        metadata={
+            "count": shown.count,
+            "truncated": shown.truncated,
+            "files_searched": len(cands.files),
+            "skipped_files": cands.skipped,
+            "file_list_truncated": cands.truncated,
+            "slow_files": progress.slow_files,
+            "stopped_early": progress.stopped_early,
+        },
+        data={"matches": shown.items, "count": shown.count, "truncated": shown.truncated},
+    )
+
+
+def _compile(pattern: str, *, ignore_case: bool) -> LinePattern:
+    """The search pattern compiled, or a validation error naming what is wrong."""
+    try:
+        return compile_pattern(pattern, ignore_case=ignore_case)
+    except regex.error as exc:
+        raise ToolValidationFailed(f"pattern is not a valid Python regex: {exc}") from exc
 
 
 def _render(shown: Capped[dict[str, Any]], progress: ScanResult, limit: int, searched: int) -> str:

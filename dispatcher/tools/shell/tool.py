@@ -246,17 +246,7 @@ class ShellTool(BaseTool):
         command: str = input["command"]
         if not command.strip():
             raise ToolValidationFailed("command must not be blank")
-        # The analysis the call was rated and approved on; execute() must hold on
-        # its own too, so without one (called directly) it analyses the command.
-        prepared = context.prepared
-        analysis = prepared if isinstance(prepared, Analysis) else analyze(command)
-        if analysis.blocked:
-            raise ToolPermissionDenied(_blocked_message(analysis))
-        if options.boolean("allowed_only", False) and analysis.rating is CallRating.DANGEROUS:
-            raise ToolPermissionDenied(
-                "the command is rated 'dangerous' and allowed_only is on: only safe and dev "
-                "commands may run in this session"
-            )
+        analysis = _permitted(command, context.prepared, options)
         ws = context.workspace_files
         cwd = ws.resolve(input.get("cwd", "."))
         if not cwd.is_dir():
@@ -275,21 +265,7 @@ class ShellTool(BaseTool):
                 argv = sandbox.command(argv, cwd=str(cwd))
             except SandboxUnavailable as exc:
                 raise ToolPermissionDenied(str(exc)) from exc
-        runner = ProcessRunner(
-            argv,
-            cwd=str(cwd),
-            env=env,
-            timeout=timeout,
-            output_limit=options.integer(
-                "max_output_bytes", DEFAULT_OUTPUT_BYTES, minimum=256, maximum=64 * 1024 * 1024
-            ),
-            stream_limit=options.integer(
-                "max_stream_bytes", DEFAULT_STREAM_BYTES, minimum=0, maximum=1024 * 1024 * 1024
-            ),
-            emit=context.emit_output,
-            cancel_event=context.cancel_event,
-            kill_grace=options.number("kill_grace", 3.0, minimum=0.0, maximum=60.0),
-        )
+        runner = _process_runner(argv, str(cwd), env, timeout, options, context)
         self._runner = runner
         try:
             result = await runner.run()
@@ -316,6 +292,47 @@ class ShellTool(BaseTool):
         if runner is None:
             return False
         return await runner.terminate()
+
+
+def _permitted(command: str, prepared: object, options: Options) -> Analysis:
+    """The analysis the call was rated and approved on (``prepared``), or,
+    called directly, the command's own: execute() must hold on its own too.
+    A blocked command, or a dangerous one under ``allowed_only``, is refused."""
+    analysis = prepared if isinstance(prepared, Analysis) else analyze(command)
+    if analysis.blocked:
+        raise ToolPermissionDenied(_blocked_message(analysis))
+    if options.boolean("allowed_only", False) and analysis.rating is CallRating.DANGEROUS:
+        raise ToolPermissionDenied(
+            "the command is rated 'dangerous' and allowed_only is on: only safe and dev "
+            "commands may run in this session"
+        )
+    return analysis
+
+
+def _process_runner(
+    argv: list[str],
+    cwd: str,
+    env: dict[str, str],
+    timeout: float,
+    options: Options,
+    context: ToolContext,
+) -> ProcessRunner:
+    """The runner of ``argv`` with the output limits and kill grace of ``options``."""
+    return ProcessRunner(
+        argv,
+        cwd=cwd,
+        env=env,
+        timeout=timeout,
+        output_limit=options.integer(
+            "max_output_bytes", DEFAULT_OUTPUT_BYTES, minimum=256, maximum=64 * 1024 * 1024
+        ),
+        stream_limit=options.integer(
+            "max_stream_bytes", DEFAULT_STREAM_BYTES, minimum=0, maximum=1024 * 1024 * 1024
+        ),
+        emit=context.emit_output,
+        cancel_event=context.cancel_event,
+        kill_grace=options.number("kill_grace", 3.0, minimum=0.0, maximum=60.0),
+    )
 
 
 class RunCommandTool(ShellTool):

@@ -17,7 +17,9 @@ COPY server ./server
 COPY clients ./clients
 # The versions the tests passed with (constraints.txt); every extra but the
 # terminal UI, which is a client: code intelligence, OpenTelemetry, Redis.
-RUN pip install --no-cache-dir -c constraints.txt ".[code,otel,redis]"
+RUN pip install --no-cache-dir -c constraints.txt pip \
+    && pip install --no-cache-dir -c constraints.txt --build-constraint constraints.txt \
+        ".[code,otel,redis]"
 
 # uid/gid 1000: mounted workspaces must be writable by this uid (README, "Run it in Docker").
 RUN groupadd --gid 1000 toolrelay \

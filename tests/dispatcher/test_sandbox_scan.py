@@ -20,6 +20,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from dispatcher import sandbox_scan
+from dispatcher import sandbox_files, sandbox_scan
 from dispatcher.sandbox_files import WorkspaceGlobs, WorkspaceMatcher
 
 GLOBS = WorkspaceGlobs(
@@ -142,6 +143,35 @@ CacheMachine.TestCase.settings = settings(
 test_cached_walk_equals_a_fresh_walk = CacheMachine.TestCase
 
 
+class BoundedCacheMachine(CacheMachine):
+    """The same, with a walk bound of a few entries: truncated walks (which
+    folders are reached, which entries counted) agree too."""
+
+    BOUND = 7
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.saved = sandbox_files.MAX_SCAN_ENTRIES
+        sandbox_files.MAX_SCAN_ENTRIES = self.BOUND
+
+    def teardown(self) -> None:
+        sandbox_files.MAX_SCAN_ENTRIES = self.saved
+        super().teardown()
+
+    @invariant()
+    def bounded(self) -> None:
+        assert len(self.matcher.listings) <= self.BOUND + 1  # the root, and a folder per entry
+
+
+BoundedCacheMachine.TestCase.settings = settings(
+    max_examples=30,
+    stateful_step_count=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+test_a_bounded_cached_walk_equals_a_fresh_walk = BoundedCacheMachine.TestCase
+
+
 # -- what the cache spares, and when it does not trust itself ------------------------
 
 
@@ -197,3 +227,15 @@ def test_a_folder_changed_within_the_racy_window_is_listed_again(
     listed.clear()
     matcher.expand(str(root))
     assert listed == [str(root / "src" / "a")]
+
+
+def test_threads_expanding_at_once_agree(tmp_path: Path) -> None:
+    """Searches expand from worker threads while the shell expands on the
+    loop: one lock makes each walk and its cache update one step."""
+    root = tmp_path.resolve()
+    _tree(root, PAST_NS)
+    matcher = WorkspaceMatcher(GLOBS, now=lambda: time.time_ns() + HOUR_NS)
+    fresh = WorkspaceMatcher(GLOBS).expand(str(root))
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        found = list(pool.map(lambda _: matcher.expand(str(root)), range(40)))
+    assert all(f == fresh for f in found)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -283,25 +283,25 @@ class Guardrails:
         return None
 
     def _blocking_rule(self, effects: ToolEffects) -> tuple[str, str] | None:
-        for rule, regex, globs in self._rules:
-            if rule.severity != "block":
-                continue
-            path = _rule_hit(regex, globs, effects.added_text)
-            if path is not None:
-                said = rule.message or f"matches {rule.pattern!r}"
-                return "code_rules", f"content written to {path} is refused: {said}"
+        for path, said in self._rule_hits(effects, "block"):
+            return "code_rules", f"content written to {path} is refused: {said}"
         return None
 
     def _code_warnings(self, effects: ToolEffects) -> tuple[GuardrailWarning, ...]:
-        found: list[GuardrailWarning] = []
+        return tuple(
+            GuardrailWarning("code_rules", f"{path}: {said}", path)
+            for path, said in self._rule_hits(effects, "warn")
+        )
+
+    def _rule_hits(self, effects: ToolEffects, severity: str) -> Iterator[tuple[str, str]]:
+        """(path, what the rule says) for each code rule of ``severity`` that
+        the written text matches, in the rules' order."""
         for rule, regex, globs in self._rules:
-            if rule.severity != "warn":
+            if rule.severity != severity:
                 continue
             path = _rule_hit(regex, globs, effects.added_text)
             if path is not None:
-                said = rule.message or f"matches {rule.pattern!r}"
-                found.append(GuardrailWarning("code_rules", f"{path}: {said}", path))
-        return tuple(found)
+                yield path, rule.message or f"matches {rule.pattern!r}"
 
 
 def _rule_hit(

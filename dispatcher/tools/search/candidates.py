@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from dispatcher.errors import ToolError, WorkspaceEscape
@@ -174,6 +174,23 @@ def read_fd(fd: int, limit: int) -> bytes | None:
     except OSError:
         return None
     return None if total > limit else b"".join(chunks)
+
+
+def read_text_files(
+    opened: Iterable[tuple[int, Candidate, int]], max_bytes: int, cancelled: Callable[[], bool]
+) -> Iterator[tuple[int, Candidate, bytes]]:
+    """The bytes of each open file that is text and within ``max_bytes`` (the
+    others are skipped, as rg and grep skip them), each descriptor closed as
+    soon as it is read; ends when ``cancelled``."""
+    for index, cand, fd in opened:
+        try:
+            data = read_fd(fd, max_bytes)
+        finally:
+            os.close(fd)
+        if cancelled():
+            return
+        if data is not None and not looks_binary(data):
+            yield index, cand, data
 
 
 def looks_binary(head: bytes) -> bool:

@@ -61,9 +61,8 @@ from dispatcher.tools.search.candidates import (
     DEFAULT_MAX_FILES,
     Candidate,
     CandidateSet,
-    looks_binary,
     open_candidates,
-    read_fd,
+    read_text_files,
     sandboxed_reader,
     sniff_binary_fd,
 )
@@ -436,17 +435,7 @@ def _python_scan(
     needle = pattern.encode("utf-8")
     folded = re.compile(re.escape(pattern), re.IGNORECASE) if ignore_case else None
     found: list[GrepMatch] = []
-    for i, cand, fd in opened:
-        try:
-            data = read_fd(fd, max_file_bytes)
-        finally:
-            os.close(fd)
-        if cancelled():
-            break
-        if data is None:
-            continue  # grew past the budget or unreadable, as rg/grep would skip it
-        if looks_binary(data):
-            continue
+    for i, cand, data in read_text_files(opened, max_file_bytes, cancelled):
         if folded is None and needle not in data:
             continue
         lines = data.split(b"\n")

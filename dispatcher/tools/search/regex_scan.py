@@ -32,7 +32,6 @@ from __future__ import annotations
 import bisect
 import contextlib
 import itertools
-import os
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -40,7 +39,7 @@ from typing import Any
 
 import regex
 
-from dispatcher.tools.search.candidates import Candidate, looks_binary, read_fd
+from dispatcher.tools.search.candidates import Candidate, read_text_files
 
 # Characters of a line (and of each context line) kept in a match record.
 MAX_LINE_CHARS = 2000
@@ -134,15 +133,7 @@ def _scan_files(
     max_bytes: int,
     cancelled: Callable[[], bool],
 ) -> None:
-    for _, cand, fd in opened:
-        try:
-            data = read_fd(fd, max_bytes)
-        finally:
-            os.close(fd)
-        if cancelled():
-            break
-        if data is None or looks_binary(data):
-            continue
+    for _, cand, data in read_text_files(opened, max_bytes, cancelled):
         try:
             found = _scan_text(data, rx, context, limit - len(result.matches), file_timeout)
         except TimeoutError:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Hashable
 from contextlib import aclosing
 from typing import Any
 
@@ -25,7 +25,6 @@ from adapters.base import (
     ToolUseStarted,
     Usage,
 )
-from adapters.clients import ProviderClients
 from adapters.errors import (
     ProviderAuthFailed,
     ProviderError,
@@ -37,6 +36,7 @@ from adapters.errors import (
     error_for_status,
 )
 from adapters.retry import RetryPolicy, Sleep, with_retries
+from adapters.sdk_client import SDKClientOwner
 from adapters.tool_args import parse_tool_arguments
 from protocol.canonical import ContentBlock, Message, TextBlock, ToolUseBlock
 
@@ -57,7 +57,7 @@ _STOP_REASONS: dict[str, StopReason] = {
 }
 
 
-class AnthropicAdapter:
+class AnthropicAdapter(SDKClientOwner[anthropic.AsyncAnthropic]):
     """Streams Claude replies through ``AsyncAnthropic.messages.create(stream=True)``.
 
     The SDK's own retries are off; :class:`~adapters.retry.RetryPolicy` decides.
@@ -90,13 +90,7 @@ class AnthropicAdapter:
         self._base_url = base_url
         self._timeout = timeout
         self._http_client = http_client
-        # Built on first use (in a worker thread: it costs 25-100 ms, mostly the
-        # SSL context), or taken from a ProviderClients pool that outlives turns.
-        self._client: anthropic.AsyncAnthropic | None = None
-        self._owns_client = True
-        if http_client is not None:
-            # The caller's HTTP client already holds the SSL context: cheap.
-            self._client = self._build_client()
+        self._init_client(eager=http_client is not None)
 
     def _build_client(self) -> anthropic.AsyncAnthropic:
         _prime_event_parsing()
@@ -109,31 +103,8 @@ class AnthropicAdapter:
             http_client=self._http_client,
         )
 
-    @property
-    def client(self) -> anthropic.AsyncAnthropic | None:
-        """The SDK client in use (None until the first call or ``use_clients``)."""
-        return self._client
-
-    async def use_clients(self, clients: ProviderClients) -> None:
-        """Take the SDK client for this endpoint and credentials from ``clients``
-        (built there once, off the event loop); the pool closes it, not us."""
-        if self._client is not None:
-            return
-        key = (PROVIDER, self._base_url, self._api_key, self._auth_token, self._timeout)
-        self._client = await clients.get(key, self._build_client)
-        self._owns_client = False
-
-    async def _sdk(self) -> anthropic.AsyncAnthropic:
-        if self._client is None:
-            self._client = await asyncio.to_thread(self._build_client)
-        return self._client
-
-    async def aclose(self) -> None:
-        """Close the SDK client's connection pool, if this adapter owns it (a
-        client from a pool stays open: the pool closes it at shutdown)."""
-        if self._client is not None and self._owns_client:
-            client, self._client = self._client, None
-            await client.close()
+    def _pool_key(self) -> Hashable:
+        return (PROVIDER, self._base_url, self._api_key, self._auth_token, self._timeout)
 
     async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
         """Stream one reply; see :class:`adapters.base.ModelAdapter`."""
@@ -195,8 +166,9 @@ _primed = False
 
 def _prime_event_parsing() -> None:
     """Parse one stream event of each kind once, in the worker thread that builds
-    the client: the SDK's first parse fills its type caches (about 8 ms here),
-    which would otherwise happen on the event loop in the first turn."""
+    the client: the SDK's first parse fills its type caches, which would
+    otherwise happen on the event loop in the first turn (figures in
+    benchmarks/README.md, "Adapters")."""
     global _primed
     if _primed:
         return
@@ -219,7 +191,7 @@ def _prime_event_parsing() -> None:
         {"type": "content_block_stop", "index": 0},
         {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": usage},
         {"type": "message_stop"},
-        # Not in the union: the SDK's fallback for it is the slowest first parse (~23 ms).
+        # Not in the union: the SDK's fallback for it is the slowest first parse.
         {"type": "ping"},
     ):
         construct_type(type_=RawMessageStreamEvent, value=sample)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import secrets
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Hashable
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +26,6 @@ from adapters.base import (
     ToolUseStarted,
     Usage,
 )
-from adapters.clients import ProviderClients
 from adapters.errors import (
     ProviderError,
     ProviderRejectedRequest,
@@ -38,6 +37,7 @@ from adapters.errors import (
 )
 from adapters.openai_wire import build_request
 from adapters.retry import RetryPolicy, Sleep, with_retries
+from adapters.sdk_client import SDKClientOwner
 from adapters.tool_args import parse_tool_arguments
 from protocol.canonical import ContentBlock, Message, TextBlock, ToolUseBlock
 
@@ -49,13 +49,14 @@ _FINISH_REASONS: dict[str, StopReason] = {
 }
 
 UNNAMED_TOOL = "unnamed_tool"
-# Chunks parsed between two yields to the event loop (about 0.5 ms of parsing).
+# Chunks parsed between two yields to the event loop (the `turn` benchmark's
+# loop lag, benchmarks/turn_model.py; figures in benchmarks/README.md).
 YIELD_EVERY_CHUNKS = 8
 # What create() passes to the SDK's post: authenticate with the bearer key.
 _STREAM_OPTIONS: RequestOptions = {"security": {"bearer_auth": True}}
 
 
-class OpenAIAdapter:
+class OpenAIAdapter(SDKClientOwner[openai.AsyncOpenAI]):
     """Streams replies through ``AsyncOpenAI.chat.completions.create(stream=True)``.
 
     ``provider`` is ``"openai"`` or ``"openai-compatible"``; the latter is the
@@ -92,13 +93,7 @@ class OpenAIAdapter:
         self._base_url = base_url
         self._timeout = timeout
         self._http_client = http_client
-        # Built on first use (in a worker thread: it costs 25-100 ms, mostly the
-        # SSL context), or taken from a ProviderClients pool that outlives turns.
-        self._client: openai.AsyncOpenAI | None = None
-        self._owns_client = True
-        if http_client is not None:
-            # The caller's HTTP client already holds the SSL context: cheap.
-            self._client = self._build_client()
+        self._init_client(eager=http_client is not None)
 
     def _build_client(self) -> openai.AsyncOpenAI:
         _prime_chunk_parsing()
@@ -110,31 +105,8 @@ class OpenAIAdapter:
             http_client=self._http_client,
         )
 
-    @property
-    def client(self) -> openai.AsyncOpenAI | None:
-        """The SDK client in use (None until the first call or ``use_clients``)."""
-        return self._client
-
-    async def use_clients(self, clients: ProviderClients) -> None:
-        """Take the SDK client for this provider, endpoint and key from ``clients``
-        (built there once, off the event loop); the pool closes it, not us."""
-        if self._client is not None:
-            return
-        key = ("openai", self.provider, self._base_url, self._api_key, self._timeout)
-        self._client = await clients.get(key, self._build_client)
-        self._owns_client = False
-
-    async def _sdk(self) -> openai.AsyncOpenAI:
-        if self._client is None:
-            self._client = await asyncio.to_thread(self._build_client)
-        return self._client
-
-    async def aclose(self) -> None:
-        """Close the SDK client's connection pool, if this adapter owns it (a
-        client from a pool stays open: the pool closes it at shutdown)."""
-        if self._client is not None and self._owns_client:
-            client, self._client = self._client, None
-            await client.close()
+    def _pool_key(self) -> Hashable:
+        return ("openai", self.provider, self._base_url, self._api_key, self._timeout)
 
     async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
         """Stream one reply; see :class:`adapters.base.ModelAdapter`."""
@@ -155,7 +127,8 @@ class OpenAIAdapter:
             client = await self._sdk()
             # The SDK's own post, not chat.completions.create(): create() first walks
             # the whole request (every message, every tool schema) through its
-            # TypedDict transform, 4-15 ms of CPU on the event loop per call here,
+            # TypedDict transform, CPU on the event loop per call (the `turn`
+            # benchmark, benchmarks/turn_model.py; figures in benchmarks/README.md),
             # which returns our body unchanged: build_request already makes plain
             # JSON. Sending, auth, errors and stream parsing are the SDK's as before.
             sdk_stream = await client.post(
@@ -182,7 +155,7 @@ class OpenAIAdapter:
                     yield event
                 if count % YIELD_EVERY_CHUNKS == 0:
                     # One network read can hold a whole reply; the SDK parses its
-                    # chunks (~70 us each) without giving the loop back. Let other
+                    # chunks without giving the loop back. Let other
                     # sessions' callbacks run between slices.
                     await asyncio.sleep(0)
         if assembler.finish_reason is None:
@@ -197,8 +170,9 @@ _primed = False
 
 def _prime_chunk_parsing() -> None:
     """Parse one chunk of each shape once, in the worker thread that builds the
-    client: the SDK's first parse of a chunk type fills its type caches (about
-    15 ms here), which would otherwise happen on the event loop in the first turn."""
+    client: the SDK's first parse of a chunk type fills its type caches, which
+    would otherwise happen on the event loop in the first turn (the `turn`
+    benchmark's cold first turn, benchmarks/turn_model.py)."""
     global _primed
     if _primed:
         return

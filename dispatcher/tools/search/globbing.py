@@ -8,9 +8,9 @@ Any other ``**`` behaves like ``*``. Dotfiles are not special.
 User globs (the ``file_pattern`` of find_files, grep and search_code) also
 take braces: ``*.{ts,tsx}`` is expanded by bracex (the expander wcmatch
 uses) into ``*.ts`` and ``*.tsx`` before translation. .gitignore patterns
-are not expanded: git has no braces. wcmatch's own matcher was measured and
-is slower here (benchmarks/glob_matching.py: 0.5-1.8 us a path against
-0.2-0.3 us for this translator), so only its brace expansion is used.
+are not expanded: git has no braces. wcmatch's own matcher is slower here
+(benchmarks/glob_matching.py; figures in benchmarks/README.md), so only its
+brace expansion is used.
 """
 
 from __future__ import annotations

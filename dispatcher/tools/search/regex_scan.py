@@ -6,11 +6,11 @@ mode) takes a ``timeout=`` on every search and raises TimeoutError when it
 runs out, so a catastrophic pattern such as ``(a|aa)+$`` costs one file's
 budget, not the server. It releases the GIL while it matches a ``str``, so
 the scan, run in a worker thread, never stalls the event loop either. It
-replaced a killable child process that did the same job, and needs no
-process, no sandbox for that process and no reaper.
+needs no child process, no sandbox for one and no reaper.
 
-A timed search costs about 3 us more per call than an untimed one, which
-line by line made a full scan slower than the child process. So each file
+A timed search costs more per call than an untimed one, which line by line
+would make a full scan slower than a killable child process doing the same
+job (benchmarks/regex_search.py; figures in benchmarks/README.md). So each file
 is first searched whole, once, in MULTILINE mode: a pattern that matches
 some line also matches the whole text there (``^``/``$`` meet at line
 ends, ``.`` stops at them, the same characters surround the match), so a

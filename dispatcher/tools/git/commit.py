@@ -111,7 +111,7 @@ class GitCommitTool(GitTool):
 async def _identity(git: GitRunner, options: Options) -> dict[str, str]:
     """Author/committer from the repository's config, else from options (or a
     default), so a fresh repository can commit without asking anyone. Global
-    and system config are never read (see git_runner)."""
+    and system config are never read (see runner.py)."""
     config = await git.config()
     if (config.get("user.email") or "").strip():
         return {}

@@ -1,5 +1,5 @@
 """git_status, git_diff and git_log: the read tools. They run git as
-git_runner does for reads (in the sandbox, the workspace read-only, no
+runner.py does for reads (in the sandbox, the workspace read-only, no
 workspace config that could run a program), so they can declare ``read``."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """git_status, git_diff, git_log (read) and git_commit, git_branch (write):
-thin tools over the git CLI with structured output. See git_runner for how
+thin tools over the git CLI with structured output. See runner.py for how
 git is run and why the read tools can declare ``read``.
 
 Each tool gives the model readable text and clients the same facts as

@@ -13,11 +13,11 @@ safe rather than guessed at. Entries of dev programs list only the options
 with effects (and the ones taking values that precede them), to name what
 they write (``Analysis.writes``).
 
-To add a program: write its Spec from its manual (safe_programs.py or
-dev_programs.py) (the short optstring
-exactly as its source passes it to getopt, every long name with ``=``/``::``
-for values), mark its effects, add it to SAFE_COMMANDS or DEV_COMMANDS in
-families.py, and add its write/run/read options to the corpus of
+To add a program: write its Spec in safe_programs.py or dev_programs.py
+from its manual (the short optstring exactly as its source passes it to
+getopt, every long name with ``=``/``::`` for values), mark its effects,
+add it to SAFE_COMMANDS or DEV_COMMANDS in families.py, and add its
+write/run/read options to the corpus of
 tests/dispatcher/tools/test_shell_rating_traced.py, which runs every
 command rated safe under strace.
 

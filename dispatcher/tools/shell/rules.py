@@ -6,7 +6,7 @@ and the rating (rating.py); what it concludes is an ``Analysis``
 (analysis.py). Which programs are what is families.py; how their options
 read, the option table (programs.py).
 
-Both work on the parsed command (see shell_lexer), never on the raw string,
+Both work on the parsed command (lexer.py and script.py), never on the raw string,
 so quoting, spacing, flag order, ``$IFS``, backslashes, path-qualified
 programs (``/bin/rm``), wrappers (``env``, ``command``, ``exec``, ``nohup``,
 ``timeout``, ``xargs`` ...) and nested shells (``sh -c``, ``eval``,

@@ -1,8 +1,8 @@
 """shell (alias run_command): run a command line in the workspace, behind
 four layers.
 
-1. The blocklist (shell_rules) refuses destructive commands in every mode.
-2. The rating (shell_rules) tells the confirmation policy whether the call is
+1. The blocklist (rules.py) refuses destructive commands in every mode.
+2. The rating (rules.py) tells the confirmation policy whether the call is
    safe, dev or dangerous; with the ``allowed_only`` option a dangerous
    command is refused without asking anyone.
 3. Limits: a timeout (default 30 s, 1..600), stdin from /dev/null, output

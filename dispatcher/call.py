@@ -2,13 +2,16 @@
 ``tool.*`` events.
 
 A ``ToolCall`` is made for every tool_use block the dispatcher (or the agent
-loop, for calls it answers itself) handles. It holds what the call's stages
-need: the registered tool, the input, the session, the turn, timing,
-cancellation, the tool's prepared per-call state and the outcome. Its
-``state`` setter is the one place a call changes state: it checks the move
-against ``ALLOWED`` and publishes the event that move means, so each event
-goes out exactly once and in order. The road (specs/pipeline.md); a stage
-that is not configured is skipped (the table allows every skip forward)::
+loop, for calls it answers itself) handles. Beside what identifies it (the
+block, the session, the turn, where its events go) it holds small groups:
+``timing``, ``derived`` (what its input implies: preparation, effects,
+rating), ``consent`` (the question put to a person and the answer),
+``running`` (the live instance), ``pipeline`` (guardrail warnings and notes)
+and ``outcome``. Its ``state`` setter is the one place a call changes state:
+it checks the move against ``ALLOWED``, records it, and publishes what
+``ENTERING`` and ``LEAVING`` say the move means, so each event goes out
+exactly once and in order. The road (specs/pipeline.md); a stage that is not
+configured is skipped (the table allows every skip forward)::
 
     received ─► validated ─► guarded ─► pre_hooked ─┬─► awaiting_confirmation ─► queued ─► running
                     ▲                       │        └─► planned (dry-run: recorded, nobody asked)
@@ -17,7 +20,7 @@ that is not configured is skipped (the table allows every skip forward)::
     (every state but the terminal ones may also end in failed or cancelled)
 
 =======================  ==================================================
-move                     event(s) published
+move                     event(s) published (dispatcher/call_events.py)
 =======================  ==================================================
 → guarded                one ``guardrail.warning`` per warning not yet
                          published (a rewritten input is checked again)
@@ -34,19 +37,9 @@ awaiting_confirmation →  ``tool.confirmation_resolved`` first (when an answer
 =======================  ==================================================
 
 While running, output chunks go out as ``tool.output_delta`` (``emit_output``).
-Hook runs publish their own ``hook.completed`` (pipeline/hooks.py).
-
-Events go out through the publisher (dispatcher.publisher). The ones every
-call publishes, ``tool.called`` and ``tool.completed``, and the streamed
-``tool.output_delta`` are built here field by field from objects already
-checked and handed to ``publish`` as the data dict: validating them measured
-4-5 us per call, a quarter of the dispatcher's own overhead, and even an
-unvalidated payload model cost ~1 us an event for the bus to take apart
-again. The bus's debug mode (and every server test) checks that data
-against the payload model; tests/dispatcher/test_call_fast_paths.py checks
-that it names every field. The rarer events are payload models built
-validated, through ``emit``. The result block is built by
-``_result_block`` (specs/tool-dispatcher.md, "Cost of the road").
+Hook runs publish their own ``hook.completed`` (pipeline/hooks.py). Every
+event is a typed payload (protocol.payloads) handed to the publisher's
+``emit``.
 """
 
 from __future__ import annotations
@@ -54,31 +47,21 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-import orjson
-from pydantic import BaseModel
-
+from dispatcher import call_events
+from dispatcher.call_events import request_event, resolution_event
 from dispatcher.elapsed import elapsed_ms
-from dispatcher.errors import ToolError, ToolErrorClass, ToolValidationFailed
-from dispatcher.event_output import bounded_blocks, bounded_text, utf8_size
+from dispatcher.errors import ToolError, ToolValidationFailed
 from dispatcher.pipeline.dry_run import PlannedAction, recorded_message
 from dispatcher.pipeline.guardrails import GuardrailWarning
 from dispatcher.publisher import EventPublisher
 from dispatcher.tool import CallRating, Tool, ToolContext, ToolEffects, ToolOutput
-from protocol.canonical import ImageBlock, TextBlock, ToolResultBlock, ToolUseBlock
-from protocol.payloads import GuardrailWarning as GuardrailWarningEvent
-from protocol.payloads import (
-    InputError,
-    Payload,
-    ToolConfirmationRequested,
-    ToolConfirmationResolved,
-    ToolFailed,
-    ToolInputInvalid,
-    ToolPlanned,
-)
+from protocol.canonical import TextBlock, ToolResultBlock, ToolUseBlock
+from protocol.payloads import InputError, Payload
 
 if TYPE_CHECKING:
     from dispatcher.confirmations import ConfirmationRequest, Resolution
@@ -138,19 +121,104 @@ ALLOWED: dict[CallState, frozenset[CallState]] = {
     CallState.CANCELLED: frozenset(),
 }
 TERMINAL = frozenset(state for state, moves in ALLOWED.items() if not moves)
-_VALIDATED = CallState.VALIDATED
-_QUEUED = CallState.QUEUED
-_GUARDED = CallState.GUARDED
-_AWAITING = CallState.AWAITING_CONFIRMATION
-_PLANNED = CallState.PLANNED
-_RUNNING = CallState.RUNNING
-_COMPLETED = CallState.COMPLETED
-_FAILED = CallState.FAILED
-_CANCELLED = CallState.CANCELLED
+
+# The events a move publishes, beside the moves themselves: by the state the
+# call enters, and (first) by the state it leaves. A state in neither table
+# is a silent move (validated, pre_hooked, queued, output_validated, ...).
+EventsOf = Callable[["ToolCall"], Iterable[Payload]]
+ENTERING: dict[CallState, EventsOf] = {
+    CallState.GUARDED: call_events.warnings,
+    CallState.AWAITING_CONFIRMATION: call_events.requested,
+    CallState.PLANNED: call_events.planned,
+    CallState.RUNNING: call_events.called,
+    CallState.COMPLETED: call_events.completed,
+    CallState.FAILED: call_events.ended,
+    CallState.CANCELLED: call_events.ended,
+}
+LEAVING: dict[CallState, EventsOf] = {
+    CallState.AWAITING_CONFIRMATION: call_events.resolved,
+}
 
 
 class InvalidTransition(RuntimeError):
     """A move the table does not allow: a bug in the dispatcher, never the model's."""
+
+
+# -- what a call carries, grouped -------------------------------------------------
+
+
+@dataclass(slots=True)
+class CallTiming:
+    """When the call arrived and when it started running."""
+
+    received: float = field(default_factory=time.perf_counter)
+    # Set on entering ``running``: durations measure the run, not the wait
+    # for a person.
+    started: float | None = None
+    # False for a call answered outside the dispatcher (cancelled before it
+    # started, interrupted by a restart): it never ran, its duration is 0.
+    timed: bool = True
+
+    def duration_ms(self) -> float:
+        if not self.timed:
+            return 0.0
+        return elapsed_ms(self.started if self.started is not None else self.received)
+
+
+@dataclass(slots=True)
+class Derived:
+    """What the call's input implies, computed when a stage first needs it and
+    dropped when a hook rewrites the input."""
+
+    # What the tool's ``prepare`` computed, handed to every later stage.
+    prepared: Any = None
+    # What the tool declares the call would write, delete and run.
+    effects: ToolEffects | None = None
+    # Why a person must confirm whatever the policy says (the guardrails
+    # could not check unknown effects); None: the policy decides.
+    effects_ask: str | None = None
+    rating: CallRating | None = None
+
+
+@dataclass(slots=True)
+class Consent:
+    """The question put to a person about this call, and the answer."""
+
+    request: ConfirmationRequest
+    resolution: Resolution | None = None
+
+
+@dataclass(slots=True)
+class Running:
+    """The live instance, and what cancelling it needs."""
+
+    tool: Tool
+    context: ToolContext
+    timeout_scope: asyncio.Timeout | None = None
+
+
+@dataclass(slots=True)
+class PipelineNotes:
+    """Guardrail warnings and the text appended to the model's result."""
+
+    warnings: list[GuardrailWarning] = field(default_factory=list)
+    # How many warnings ``guardrail.warning`` events went out for.
+    published: int = 0
+    texts: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Outcome:
+    """How the call ended: ``result`` for the model, and what the events say."""
+
+    result: ToolResultBlock | None = None
+    output: ToolOutput | None = None
+    error: ToolError | None = None
+    invalid: list[InputError] | None = None
+    # Dry-run: what was recorded instead of running.
+    planned: PlannedAction | None = None
+    # Refused by a guardrail or hook: tool.failed.data.blocked_by.
+    blocked_by: dict[str, str] | None = None
 
 
 @dataclass(slots=True, eq=False)
@@ -160,52 +228,25 @@ class ToolCall:
     tool_use: ToolUseBlock
     session_id: str
     turn_id: str
-    # Where every event of the call goes (see the module docstring).
+    # Where every event of the call goes.
     publisher: EventPublisher
     # Events carry at most this much tool output (the result keeps it all).
     max_event_output_bytes: int
     session: DispatchSession | None = None
     # None until looked up (and for a name no tool answers to).
     entry: RegisteredTool | None = None
-    received: float = field(default_factory=time.perf_counter)
-    # When tool.called went out: durations measure the run, not the wait for a person.
-    started: float | None = None
-    rating: CallRating | None = None
-    # What the tool's ``prepare`` computed, handed to every later stage.
-    prepared: Any = None
-    # What the tool declares the call would write, delete and run (derived
-    # when a stage needs it: guardrails, a dry-run plan, a confirmation).
-    effects: ToolEffects | None = None
-    # Why a person must confirm the call whatever the policy says (the
-    # guardrails could not check unknown effects); None: the policy decides.
-    effects_ask: str | None = None
-    request: ConfirmationRequest | None = None
-    resolution: Resolution | None = None
-    # The running instance and what cancellation needs of it.
-    tool: Tool | None = None
-    context: ToolContext | None = None
-    timeout_scope: asyncio.Timeout | None = None
+    timing: CallTiming = field(default_factory=CallTiming)
+    derived: Derived = field(default_factory=Derived)
+    # None until a person is asked.
+    consent: Consent | None = None
+    # None until the tool runs, and again once it ended.
+    running: Running | None = None
+    # None until a configured pipeline stage (guardrails, hooks) adds to it.
+    pipeline: PipelineNotes | None = None
+    outcome: Outcome = field(default_factory=Outcome)
     cancel_requested: bool = False
+    # Set when the dispatcher lets go of the call (cancellation waits on it).
     finished: asyncio.Event | None = None
-    # The outcome: exactly one of these is set when the call ends.
-    output: ToolOutput | None = None
-    error: ToolError | None = None
-    invalid: list[InputError] | None = None
-    result: ToolResultBlock | None = None
-    # False for a call answered outside the dispatcher (cancelled before it
-    # started, interrupted by a restart): it never ran, its duration is 0.
-    timed: bool = True
-    # -- the pipeline's share; None until a configured stage sets it, so an
-    # unconfigured call allocates nothing for them.
-    # Refused by a guardrail or hook: tool.failed.data.blocked_by.
-    blocked_by: dict[str, str] | None = None
-    # Guardrail warnings (each published once, on entering ``guarded``).
-    warnings: list[GuardrailWarning] | None = None
-    # Text appended to the result the model sees (warnings, hook reports).
-    notes: list[str] | None = None
-    # Dry-run: what was recorded instead of running.
-    planned: PlannedAction | None = None
-    _warned: int = 0
     _state: CallState = CallState.RECEIVED
 
     # -- the state machine ---------------------------------------------------
@@ -216,72 +257,44 @@ class ToolCall:
 
     @state.setter
     def state(self, new: CallState) -> None:
-        """Move to ``new`` and publish what the move means (module docstring)."""
+        """Check the move, record it, publish what it means (module docstring)."""
         old = self._state
         if new not in ALLOWED[old]:
             raise InvalidTransition(f"tool call {self.tool_use.id!r}: {old} -> {new}")
         self._state = new
-        # Members are compared through module constants: reading an enum
-        # member off its class costs a descriptor call, and this runs four
-        # times per call.
-        if old is _AWAITING and self.resolution is not None:
-            self._send(resolution_event(self.resolution, self.tool_use.id))
-        if new is _VALIDATED or new is _QUEUED:
-            return  # the two silent moves every call makes: no more tests
-        if new is _GUARDED:
-            self._publish_warnings()
-        elif new is _RUNNING:
-            self.started = time.perf_counter()
-            self.publisher.publish(
-                "tool.called", self._called_data(), session_id=self.session_id, turn_id=self.turn_id
-            )
-        elif new is _COMPLETED:
-            assert self.output is not None
-            self.publisher.publish(
-                "tool.completed",
-                self._completed_data(self.output),
-                session_id=self.session_id,
-                turn_id=self.turn_id,
-            )
-        elif new is _AWAITING:
-            assert self.request is not None, "set the request before asking"
-            self._send(request_event(self.request))
-        elif new is _PLANNED:
-            action = self.planned
-            assert action is not None, "record the plan before ending as planned"
-            self._send(ToolPlanned(**action.as_dict()))
-        elif new is _FAILED or new is _CANCELLED:
-            if self.invalid is not None:
-                self._send(
-                    ToolInputInvalid(
-                        tool_use_id=self.tool_use.id,
-                        tool_name=self.tool_use.name,
-                        errors=self.invalid,
-                    )
-                )
-            elif self.output is not None:
-                self._send(ToolFailed(**self._reported_failure_data(self.output)))
-            else:
-                assert self.error is not None
-                self._send(ToolFailed(**self._failed_data(self.error)))
+        if new is CallState.RUNNING:
+            self.timing.started = time.perf_counter()
+        for table, state in ((LEAVING, old), (ENTERING, new)):
+            events_of = table.get(state)
+            if events_of is not None:
+                for payload in events_of(self):
+                    self.publisher.emit(payload, session_id=self.session_id, turn_id=self.turn_id)
 
     @property
     def done(self) -> bool:
         return self._state in TERMINAL
 
-    # -- stages ----------------------------------------------------------------
+    @property
+    def input(self) -> dict[str, Any]:
+        return self.tool_use.input
+
+    @property
+    def result(self) -> ToolResultBlock | None:
+        return self.outcome.result
+
+    # -- the validation stage --------------------------------------------------
 
     def validate(self, rewritten_by: str | None = None) -> bool:
-        """The validation stage: True and ``validated`` when the input matches
-        the tool's schema; else the call ends here as ``tool.input_invalid``
-        and ``result`` holds the answer for the model. ``rewritten_by``: the
-        hook whose ``updatedInput`` this is; an invalid rewrite is the hook's
-        fault, not the model's, and ends as ``tool.failed`` validation_error."""
+        """True and ``validated`` when the input matches the tool's schema;
+        else the call ends here as ``tool.input_invalid`` and ``result`` holds
+        the answer for the model. ``rewritten_by``: the hook whose
+        ``updatedInput`` this is; an invalid rewrite is the hook's fault, not
+        the model's, and ends as ``tool.failed`` validation_error."""
         entry = self.entry
         assert entry is not None, "look the tool up before validating"
         tool_input = self.tool_use.input
         if entry.validator.is_valid(tool_input):
-            self.state = _VALIDATED
+            self.state = CallState.VALIDATED
             return True
         errors = entry.validator.errors(tool_input)
         lines = "\n".join(f"- {e}" for e in errors)
@@ -303,286 +316,111 @@ class ToolCall:
     def rewrite(self, new_input: dict[str, Any]) -> None:
         """Take a pre_tool_use hook's ``updatedInput`` as the call's input
         (the caller validates, scopes and guards it again); what was derived
-        from the old input (preparation, effects) is dropped."""
+        from the old input is dropped."""
         use = self.tool_use
         self.tool_use = ToolUseBlock(id=use.id, name=use.name, input=new_input)
-        self.prepared = self.effects = self.effects_ask = None
+        self.derived = Derived()
+
+    # -- what the pipeline adds ----------------------------------------------------
 
     def warn(self, warnings: tuple[GuardrailWarning, ...]) -> None:
         """Keep guardrail warnings: published on entering ``guarded``, and
         their text appended to the result the model sees."""
-        known = self.warnings
-        if known is None:
-            known = self.warnings = []
+        notes = self._notes()
         for warning in warnings:
-            if warning not in known:  # a re-check after a rewrite finds them again
-                known.append(warning)
+            if warning not in notes.warnings:  # a re-check after a rewrite finds them again
+                notes.warnings.append(warning)
                 self.note(f"[Guardrail warning ({warning.rule})]: {warning.message}")
 
     def note(self, text: str) -> None:
         """Text to append to the result the model sees."""
-        if self.notes is None:
-            self.notes = []
-        self.notes.append(text)
+        self._notes().texts.append(text)
 
-    @property
-    def input(self) -> dict[str, Any]:
-        return self.tool_use.input
+    def _notes(self) -> PipelineNotes:
+        if self.pipeline is None:
+            self.pipeline = PipelineNotes()
+        return self.pipeline
+
+    def _note_texts(self) -> list[str]:
+        return self.pipeline.texts if self.pipeline is not None else []
 
     # -- outcomes ----------------------------------------------------------------
 
     def refuse(self, errors: list[InputError], text: str) -> ToolResultBlock:
         """End the call as ``tool.input_invalid`` with ``text`` for the model."""
-        self.invalid = errors
-        self.result = _error_result(self.tool_use.id, text)
-        self.state = CallState.FAILED
-        return self.result
+        self.outcome.invalid = errors
+        return self._end(_error_result(self.tool_use.id, text), CallState.FAILED)
 
     def complete(self, output: ToolOutput) -> ToolResultBlock:
         """End the call with the tool's output: ``tool.completed``, or
         ``tool.failed`` when the tool reported a handled failure as a value.
         Notes (guardrail warnings, hook reports) are appended to its content."""
-        if self.notes:
+        texts = self._note_texts()
+        if texts:
             # A copy: a tool may hand back an output it shares between calls.
-            note = TextBlock(text="\n\n" + "\n".join(self.notes))
+            note = TextBlock(text="\n\n" + "\n".join(texts))
             output = dataclasses.replace(output, content=[*output.content, note])
-        self.output = output
-        # The content was checked (a list of blocks); skip re-validation.
-        self.result = _result_block(self.tool_use.id, output.content, not output.success)
-        self.state = _COMPLETED if output.success else _FAILED
-        return self.result
+        self.outcome.output = output
+        result = ToolResultBlock(
+            tool_use_id=self.tool_use.id, content=output.content, is_error=not output.success
+        )
+        return self._end(result, CallState.COMPLETED if output.success else CallState.FAILED)
 
     def fail(self, err: ToolError) -> ToolResultBlock:
         """End the call on an error: ``tool.failed`` (state ``cancelled`` for a
         cancellation, ``failed`` otherwise)."""
         err.tool_use_id = self.tool_use.id
-        self.error = err
+        self.outcome.error = err
         text = err.message
         if err.partial_output:
             text += f"\n\nOutput before it stopped:\n{err.partial_output}"
-        self.result = _error_result(self.tool_use.id, text)
         cancelled = err.error_class == "cancelled"
-        self.state = _CANCELLED if cancelled else _FAILED
-        return self.result
+        result = _error_result(self.tool_use.id, text)
+        return self._end(result, CallState.CANCELLED if cancelled else CallState.FAILED)
 
     def plan(self, action: PlannedAction) -> ToolResultBlock:
         """End a dry-run call as recorded, not run: ``tool.planned`` and a
         non-error result telling the model so (with the pipeline's notes:
         a guardrail warning applies to the plan too)."""
-        self.planned = action
+        self.outcome.planned = action
         text = recorded_message(action)
-        if self.notes:
-            text += "\n\n" + "\n".join(self.notes)
-        self.result = _result_block(self.tool_use.id, [TextBlock(text=text)], False)
-        self.state = _PLANNED
-        return self.result
+        texts = self._note_texts()
+        if texts:
+            text += "\n\n" + "\n".join(texts)
+        result = ToolResultBlock(
+            tool_use_id=self.tool_use.id, content=[TextBlock(text=text)], is_error=False
+        )
+        return self._end(result, CallState.PLANNED)
+
+    def _end(self, result: ToolResultBlock, state: CallState) -> ToolResultBlock:
+        self.outcome.result = result
+        self.state = state
+        return result
 
     def emit_output(self, stream: str, text: str) -> None:
         """A chunk of output while the tool runs, as ``tool.output_delta``."""
-        shown, size = bounded_text(text, self.max_event_output_bytes)
-        data: dict[str, Any] = {"tool_use_id": self.tool_use.id, "stream": stream, "text": shown}
-        if size is not None:
-            data["truncated"] = True
-            data["output_bytes"] = size
-        self.publisher.publish(
-            "tool.output_delta", data, session_id=self.session_id, turn_id=self.turn_id
-        )
-
-    # -- payloads ------------------------------------------------------------------
-
-    def _send(self, payload: Payload) -> None:
+        payload = call_events.output_delta(self, stream, text)
         self.publisher.emit(payload, session_id=self.session_id, turn_id=self.turn_id)
-
-    def _publish_warnings(self) -> None:
-        """``guardrail.warning`` for each warning not published yet."""
-        warnings = self.warnings
-        if not warnings:
-            return
-        for warning in warnings[self._warned :]:
-            self._send(
-                GuardrailWarningEvent(
-                    rule=warning.rule, message=warning.message, tool_use_id=self.tool_use.id
-                )
-            )
-        self._warned = len(warnings)
-
-    def _duration_ms(self) -> float:
-        return elapsed_ms(self.started if self.started is not None else self.received)
-
-    def _called_data(self) -> dict[str, Any]:
-        entry = self.entry
-        assert entry is not None
-        return {
-            "tool_use_id": self.tool_use.id,
-            "tool_name": entry.name,
-            "side_effects": entry.side_effects_name,
-            "rating": self.rating.value if self.rating else None,
-            "input": self.tool_use.input,
-        }
-
-    def _completed_data(self, output: ToolOutput) -> dict[str, Any]:
-        """Every field of ``tool.completed``, as the event's data."""
-        limit = self.max_event_output_bytes
-        content, output_bytes, truncated = _event_content(output.content, limit)
-        # Validated against the output_schema when the tool declares one.
-        structured = output.data
-        structured_bytes = None
-        if structured is not None:
-            structured, structured_bytes = bounded_structured(structured, limit)
-        return {
-            "tool_use_id": self.tool_use.id,
-            "tool_name": self.tool_use.name,
-            "duration_ms": self._duration_ms(),
-            "content": content,
-            "files_modified": output.files_modified,
-            "command_executed": output.command_executed,
-            "metadata": output.metadata,
-            "truncated": truncated,
-            "output_bytes": output_bytes,
-            "structured": structured,
-            "structured_truncated": structured_bytes is not None,
-            "structured_bytes": structured_bytes,
-        }
-
-    def _reported_failure_data(self, output: ToolOutput) -> dict[str, Any]:
-        """``tool.failed`` for a failure the tool returned as a value."""
-        limit = self.max_event_output_bytes
-        duration_ms = self._duration_ms()
-        _, output_bytes, truncated = bounded_blocks([_block_json(b) for b in output.content], limit)
-        return {
-            "tool_use_id": self.tool_use.id,
-            "tool_name": self.tool_use.name,
-            "error_class": ToolErrorClass.EXECUTION_ERROR.value,
-            "message": bounded_text(output_text(output), limit)[0],
-            "duration_ms": duration_ms,
-            "partial_output": None,
-            "metadata": output.metadata,
-            "truncated": truncated,
-            "output_bytes": output_bytes,
-        }
-
-    def _failed_data(self, err: ToolError) -> dict[str, Any]:
-        limit = self.max_event_output_bytes
-        partial_output = err.partial_output
-        data: dict[str, Any] = {
-            "tool_use_id": self.tool_use.id,
-            "tool_name": self.tool_use.name,
-            "error_class": err.error_class.value,
-            "message": bounded_text(err.message, limit)[0],
-            "duration_ms": self._duration_ms() if self.timed else 0.0,
-            "partial_output": partial_output,
-        }
-        if self.blocked_by is not None:
-            data["blocked_by"] = self.blocked_by
-        if partial_output:
-            # The event carries at most the limit of it; the result keeps all.
-            shown, size = bounded_text(partial_output, limit)
-            if size is not None:
-                data.update(partial_output=shown, truncated=True, output_bytes=size)
-        return data
-
-
-def output_text(output: ToolOutput) -> str:
-    """The text blocks of an output, joined."""
-    return "".join(b.text for b in output.content if isinstance(b, TextBlock))
-
-
-def _block_json(block: TextBlock | ImageBlock) -> dict[str, Any]:
-    """A block as JSON; text built by hand, as ``model_dump`` would give it
-    (text blocks allow no other keys) at a fraction of its per-call cost."""
-    if type(block) is TextBlock:
-        return {"type": "text", "text": block.text}
-    return block.model_dump()
-
-
-def bounded_structured(
-    data: dict[str, Any], limit: int
-) -> tuple[dict[str, Any] | None, int | None]:
-    """``(structured as tool.completed carries it, its JSON size if left out)``:
-    past ``limit`` bytes of JSON the event carries null, as it cuts content
-    (the model's result is not affected). Data orjson cannot encode is left
-    as it is: the bus refuses it with the same error as before."""
-    try:
-        size = len(orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS))
-    except TypeError:
-        return data, None
-    return (data, None) if size <= limit else (None, size)
-
-
-# A ToolResultBlock built as pydantic's ``model_construct`` builds it (the
-# four slots of a v2 model, each set through its own descriptor: ~0.04 us,
-# where ``object.__setattr__`` finds the descriptor by name on every call),
-# without its per-field loop: ~0.5 us against 2.2 per call. ``type`` is the
-# one field the caller never sets.
-_new = object.__new__
-_set_dict = BaseModel.__dict__["__dict__"].__set__
-_set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
-_set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
-_set_private = BaseModel.__dict__["__pydantic_private__"].__set__
-
-
-def _result_block(
-    tool_use_id: str, content: list[TextBlock | ImageBlock], is_error: bool
-) -> ToolResultBlock:
-    """A result block from checked parts (no validation)."""
-    block = _new(ToolResultBlock)
-    _set_dict(
-        block,
-        {
-            "type": "tool_result",
-            "tool_use_id": tool_use_id,
-            "content": content,
-            "is_error": is_error,
-        },
-    )
-    _set_fields_set(block, {"tool_use_id", "content", "is_error"})
-    _set_extra(block, None)  # extra="forbid": no extras
-    _set_private(block, None)
-    return block
-
-
-def _event_content(
-    blocks: list[TextBlock | ImageBlock], limit: int
-) -> tuple[list[dict[str, Any]], int, bool]:
-    """``bounded_blocks`` of the output's blocks as JSON, with a shortcut for
-    the usual output (text only, within the limit): sizes from ``isascii``
-    instead of an encode per block, and no second copy of each block."""
-    out: list[dict[str, Any]] = []
-    total = 0
-    for block in blocks:
-        if type(block) is not TextBlock:
-            break
-        text = block.text
-        total += len(text) if text.isascii() else utf8_size(text)
-        out.append({"type": "text", "text": text})
-    else:
-        if total <= limit:
-            return out, total, False
-    return bounded_blocks([_block_json(b) for b in blocks], limit)
 
 
 def _error_result(tool_use_id: str, text: str) -> ToolResultBlock:
     return ToolResultBlock(tool_use_id=tool_use_id, content=[TextBlock(text=text)], is_error=True)
 
 
+def output_text(output: ToolOutput) -> str:
+    """The text blocks of an output, joined."""
+    return call_events.output_text(output)
+
+
 __all__ = [
     "ALLOWED",
+    "ENTERING",
+    "LEAVING",
     "TERMINAL",
     "CallState",
     "InvalidTransition",
     "ToolCall",
     "output_text",
+    "request_event",
+    "resolution_event",
 ]
-
-
-def request_event(request: ConfirmationRequest) -> ToolConfirmationRequested:
-    """The one builder of ``tool.confirmation_requested``: a call's question,
-    and (server/gate_consent.py) a quality gate's, which no call carries."""
-    return ToolConfirmationRequested(**request.event_data())
-
-
-def resolution_event(resolution: Resolution, tool_use_id: str) -> ToolConfirmationResolved:
-    """The one builder of ``tool.confirmation_resolved``: a call's own answer, and
-    (server/cluster.py) a lost replica's pending requests that a survivor ends
-    ``cancelled`` when no call is left to answer them."""
-    return ToolConfirmationResolved(**resolution.event_data(tool_use_id))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dispatcher.errors import ToolRegistrationError
@@ -58,19 +58,9 @@ class RegisteredTool:
     group: str | None
     # The config options section handed to ``context.options``.
     options_section: str
-    # Whether the tool has its own prepare / rate: the dispatcher skips the
-    # defaults (a measurable share of a no-op call's overhead).
-    prepares: bool = True
-    rates: bool = True
     # The definition's output_schema compiled (same subset as inputs); None:
     # the tool declares none and any ``ToolOutput.data`` passes through.
     output_validator: CompiledValidator | None = None
-    # ``definition.side_effects.value``, read once: ``tool.called`` carries it
-    # and an enum's ``.value`` is a Python-level descriptor call per read.
-    side_effects_name: str = field(init=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "side_effects_name", self.definition.side_effects.value)
 
 
 class ProtocolToolAdapter(BaseTool):
@@ -96,11 +86,6 @@ class ProtocolToolAdapter(BaseTool):
         self._effects_take_sandbox = self._effects is not None and _takes_keyword(
             self._effects, "sandbox"
         )
-
-    @property
-    def plain_rating(self) -> bool:
-        """True when the plugin has no ``rate``: BaseTool's default applies."""
-        return self._rate is None
 
     def rate(
         self, input: dict[str, Any], workspace: WorkspaceFileAPI, *, prepared: Any = None
@@ -239,9 +224,6 @@ class ToolRegistry:
             timeout=_effective_timeout(name, stateless, definition, timeout),
             group=group,
             options_section=stateless.options_section or name,
-            prepares=_overrides(stateless, "prepare"),
-            rates=_overrides(stateless, "rate")
-            and not (isinstance(stateless, ProtocolToolAdapter) and stateless.plain_rating),
             output_validator=output_validator,
         )
         self._tools[name] = entry
@@ -259,11 +241,6 @@ class ToolRegistry:
 
     def entries(self) -> list[RegisteredTool]:
         return [self._tools[n] for n in sorted(self._tools)]
-
-
-def _overrides(tool: BaseTool, stage: str) -> bool:
-    """Whether ``tool``'s class replaces BaseTool's default ``stage``."""
-    return getattr(type(tool), stage) is not getattr(BaseTool, stage)
 
 
 def _effective_timeout(

@@ -12,7 +12,7 @@ from dispatcher.pipeline.dry_run import PlannedAction
 from dispatcher.pipeline.guardrails import Guardrails, TurnCounter
 from dispatcher.pipeline.hooks import HookRunner
 from dispatcher.pipeline.profiles import Profile
-from dispatcher.policy import ConfirmationPolicy, PolicyQuery, RulePolicy
+from dispatcher.policy import ConfirmationPolicy, RulePolicy
 from dispatcher.sandbox import Sandbox
 from dispatcher.workspace import WorkspaceFileAPI
 
@@ -63,9 +63,6 @@ class DispatchSession:
     # dropped by ToolDispatcher.end_turn.
     turn_counters: dict[str, TurnCounter] = field(default_factory=dict)
     semaphore: asyncio.Semaphore = field(init=False)
-    # tool name -> the policy query of its unrated calls (the dispatcher's
-    # _policy_query): immutable, and the same for every such call.
-    policy_queries: dict[str, PolicyQuery] = field(init=False, repr=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.max_concurrency < 1:

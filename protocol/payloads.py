@@ -5,17 +5,11 @@ One set of types, used end to end: publishers build them and hand them to
 bus encodes them straight to the log and the WebSocket, the Python SDK
 parses ``data`` with them, and the bus's debug mode
 (``EventBus(validate_payloads=True)`` or ``TOOLRELAY_EVENT_DEBUG=1``) checks
-every published payload through ``eventbus.validation``. The three events a
-tool call builds field by field from values it has already checked
-(``tool.called``, ``tool.completed``, ``tool.output_delta``) go to
-``EventBus.publish`` as the data dict, without a model (see
-dispatcher.publisher); debug mode checks that data against these models.
+every published payload through ``eventbus.validation``.
 
-Cost (measured on the 2-core development machine, ``python -m
-benchmarks.event_encoding``): building a payload validates it, about 1-1.5
-us for ``MessageDelta`` and 2.5-3 us for a ``ToolCompleted`` with 2 KB of
-output; ``model_construct`` measured no faster (it is Python code), so the
-class call is the one way to build one. Encoding reads the fields directly
+Building a payload validates it (``python -m benchmarks.event_encoding``
+measures what that costs; ``model_construct`` measured no faster, so the
+class call is the one way to build one). Encoding reads the fields directly
 (no ``model_dump``).
 
 Payloads are extensible: unknown keys are kept (``extra="allow"``), so a

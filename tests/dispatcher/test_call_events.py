@@ -1,11 +1,10 @@
-"""The dispatch hot path's shortcuts build what the validated constructors
-build, and ``tool.completed`` bounds ``structured`` as it bounds content.
+"""The events a call publishes are what their payload models say, and
+``tool.completed`` bounds ``structured`` as it bounds content.
 
-- ``call._result_block`` (no validation) equals a validated ToolResultBlock;
-- the data a call publishes without a model (``tool.called``,
-  ``tool.completed``, ``tool.output_delta``) names every field of the
-  event's payload model and is what the model accepts and dumps, unchanged;
-- ``bus.publish`` writes that data as the event's ``data``;
+- ``tool.called``, ``tool.completed`` and ``tool.output_delta`` name every
+  field of the event's payload model and survive validation and a JSON dump
+  unchanged;
+- ``bus.publish`` writes data as the event's ``data``;
 - structured data past ``max_event_output_bytes`` is left out of the event
   (``structured: null``, ``structured_truncated``, ``structured_bytes``), and
   the model's result block is the same either way.
@@ -27,30 +26,16 @@ from dispatcher import (
     ToolOutput,
     WorkspaceFileAPI,
 )
-from dispatcher.call import _result_block, bounded_structured
+from dispatcher.call_events import bounded_structured
 from eventbus import EventBus
 from protocol.canonical import (
     ImageBlock,
     SideEffects,
     TextBlock,
     ToolDefinition,
-    ToolResultBlock,
     ToolUseBlock,
 )
 from tests.dispatcher.support import RecordingPublisher
-
-
-def test_result_block_equals_the_validated_one() -> None:
-    content: list[TextBlock | ImageBlock] = [
-        TextBlock(text="ok"),
-        ImageBlock(media_type="image/png", data="aGk="),
-    ]
-    fast = _result_block("tu_1", content, True)
-    checked = ToolResultBlock(tool_use_id="tu_1", content=content, is_error=True)
-    assert fast == checked
-    assert fast.model_dump() == checked.model_dump()
-    assert fast.model_fields_set == checked.model_fields_set
-    assert fast.text() == "ok"
 
 
 class ManyShapesTool:
@@ -84,9 +69,9 @@ class ManyShapesTool:
 
 
 async def test_published_data_is_exactly_its_models_fields(workspace: WorkspaceFileAPI) -> None:
-    """Property over random outputs: every event a call publishes without a
-    model names every declared field (no more, bar ``tool.output_delta``'s
-    documented extras) and survives validation and a JSON dump unchanged."""
+    """Property over random outputs: every event a call publishes names every
+    declared field (no more, bar ``tool.output_delta``'s documented extras)
+    and survives validation and a JSON dump unchanged."""
     import random
 
     from protocol.catalog import EventType
@@ -191,20 +176,3 @@ async def test_structured_is_bounded_in_events(workspace: WorkspaceFileAPI) -> N
     # The model's result is the tool's own output either way.
     assert [r.text() for r in results] == ["done", "done"]
     assert not any(r.is_error for r in results)
-
-
-def test_event_content_matches_bounded_blocks() -> None:
-    from dispatcher.call import _block_json, _event_content
-    from dispatcher.event_output import bounded_blocks
-
-    image = ImageBlock(media_type="image/png", data="aGk=" * 10)
-    cases: list[list[TextBlock | ImageBlock]] = [
-        [TextBlock(text="ok")],
-        [TextBlock(text="é" * 10), TextBlock(text="\udc80 lone surrogate")],
-        [TextBlock(text="x" * 300)],  # past the limit below
-        [TextBlock(text="a"), image],
-        [],
-    ]
-    for blocks in cases:
-        expected = bounded_blocks([_block_json(b) for b in blocks], 100)
-        assert _event_content(blocks, 100) == expected

@@ -15,7 +15,7 @@ from dispatcher import (
     UnknownConfirmation,
     WorkspaceFileAPI,
 )
-from dispatcher.dispatcher import PREVIEW_CHARS
+from dispatcher.confirmation_stage import PREVIEW_CHARS
 from dispatcher.sandbox import Sandbox, SandboxConfig
 from protocol.canonical import ToolUseBlock
 from tests.dispatcher.support import RatedShell, RecordingPublisher, WriteTool

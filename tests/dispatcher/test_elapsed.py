@@ -1,4 +1,4 @@
-"""``elapsed_ms``: the same figure ``round(seconds * 1000, 3)`` gave, cheaper."""
+"""``elapsed_ms``: milliseconds rounded to the microsecond, never negative."""
 
 from __future__ import annotations
 

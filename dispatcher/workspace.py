@@ -18,7 +18,8 @@ Rules of the walk:
   the same rules: a relative target from the link's own directory, an
   absolute one only when it lies inside the root's real path (then walked from
   the root). Anything else is a WorkspaceEscape (``permission_denied``).
-  At most ``MAX_SYMLINK_HOPS`` links per path (more: ``permission_denied``).
+  At most ``MAX_SYMLINK_HOPS`` links per path (dispatcher.workspace_walk;
+  more: ``permission_denied``).
 - Writes go to an unnamed file (O_TMPFILE) or a named temporary file in the
   target's directory, by directory descriptor, and are renamed into place with
   ``renameat``: a crash leaves either the old or the new content, never half
@@ -31,37 +32,25 @@ its result is a name and must never be used to open anything.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import fcntl
 import os
-import secrets
 import stat
 import weakref
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dispatcher.atomic_write import atomic_write
 from dispatcher.errors import (
     ToolError,
     ToolExecutionError,
     ToolPermissionDenied,
-    ToolValidationFailed,
-    WorkspaceEscape,
 )
+from dispatcher.workspace_walk import MAYBE_LINK, Walk, open_last
 
 DEFAULT_MAX_READ_BYTES = 16 * 1024 * 1024
 
-# The kernel's own limit for one lookup (40); a path needing more hops is a loop.
-MAX_SYMLINK_HOPS = 40
-
-# Directories on the way are opened O_PATH: no read permission is needed and
-# nothing is read; the descriptor only anchors the next openat.
-_WALK_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-# What a symlink (or a regular file) gives when opened with _WALK_FLAGS, or
-# O_NOFOLLOW without O_DIRECTORY: the component may be a link to follow.
-_MAYBE_LINK = frozenset({errno.ENOTDIR, errno.ELOOP})
 _ACCESS_MODE = os.O_RDONLY | os.O_WRONLY | os.O_RDWR
 
 
@@ -118,7 +107,7 @@ class WorkspaceFileAPI:
         For display and validation only, never to open: the name may mean
         something else by the time it is used. Folders that do not exist are
         taken lexically (as ``realpath`` does)."""
-        walk = _Walk(self, path)
+        walk = Walk(self, path)
         try:
             try:
                 name, _ = walk.settle()
@@ -146,7 +135,7 @@ class WorkspaceFileAPI:
         """An ``O_RDONLY|O_DIRECTORY|O_CLOEXEC`` descriptor of a workspace folder,
         reached component by component (in-workspace links followed under the
         walk's rules). The caller closes it; ``os.scandir(fd)`` lists it."""
-        walk = _Walk(self, path)
+        walk = Walk(self, path)
         try:
             while True:
                 name = walk.advance()
@@ -159,7 +148,7 @@ class WorkspaceFileAPI:
                 except OSError as exc:
                     if (
                         name is not None
-                        and exc.errno in _MAYBE_LINK
+                        and exc.errno in MAYBE_LINK
                         and walk.relook(name, want_dir=True)
                     ):
                         continue
@@ -179,9 +168,9 @@ class WorkspaceFileAPI:
         folders are refused without blocking (opened ``O_NONBLOCK``, checked
         with fstat, then made blocking again). ``O_CREAT`` creates the file
         (its folder must exist)."""
-        walk = _Walk(self, path)
+        walk = Walk(self, path)
         try:
-            fd = _open_last(walk, path, flags | os.O_NONBLOCK, mode)
+            fd = open_last(walk, path, flags | os.O_NONBLOCK, mode)
         except OSError as exc:
             raise _os_error(path, exc) from exc
         finally:
@@ -197,7 +186,7 @@ class WorkspaceFileAPI:
 
     def lstat(self, path: str) -> os.stat_result:
         """The status of ``path`` itself (a link is not followed at the end)."""
-        walk = _Walk(self, path)
+        walk = Walk(self, path)
         try:
             name = walk.advance()
             if name is None:
@@ -210,7 +199,7 @@ class WorkspaceFileAPI:
 
     def stat(self, path: str) -> os.stat_result:
         """The status of what ``path`` names, in-workspace links followed."""
-        walk = _Walk(self, path)
+        walk = Walk(self, path)
         try:
             _, st = walk.settle()
             if st is None:
@@ -334,7 +323,7 @@ class WorkspaceFileAPI:
     def unlink(self, path: str, *, guard: Guard | None = None) -> None:
         """Remove one file, ignoring ``allow_delete``: for undoing a file this
         process just created (apply_patch's rollback). Tools call ``delete``."""
-        walk = _Walk(self, path)
+        walk = Walk(self, path)
         try:
             name, st = walk.settle()
             if name is None:
@@ -351,7 +340,7 @@ class WorkspaceFileAPI:
 
     def rmdir(self, path: str) -> None:
         """Remove one empty folder (apply_patch's rollback of folders it made)."""
-        walk = _Walk(self, path)
+        walk = Walk(self, path)
         try:
             name = walk.advance()
             if name is None:
@@ -371,7 +360,7 @@ class WorkspaceFileAPI:
         needs_old: bool,
         guard: Guard | None,
     ) -> WriteResult:
-        walk = _Walk(self, path, create_dirs=create_parents)
+        walk = Walk(self, path, create_dirs=create_parents)
         try:
             try:
                 name, st = walk.settle()
@@ -396,7 +385,7 @@ class WorkspaceFileAPI:
                     old = self._read_at(walk.fd, name, path)
             content = make(old)
             mode = None if st is None else stat.S_IMODE(st.st_mode)
-            _atomic_write(walk.fd, name, content, mode)
+            atomic_write(walk.fd, name, content, mode)
             return WriteResult(rel, st is None, len(content), walk.made_dirs)
         except OSError as exc:
             raise _os_error(path, exc) from exc
@@ -415,188 +404,6 @@ class WorkspaceFileAPI:
         return self.read_fd(fd, path)
 
 
-class _Walk:
-    """One path being walked from the root descriptor.
-
-    ``fd`` is the descriptor of the folder reached so far (the root's is
-    borrowed, the others owned), ``parts`` that folder's components from the
-    root, ``pending`` the components still to walk."""
-
-    __slots__ = ("create_dirs", "fd", "hops", "made_dirs", "parts", "path", "pending", "ws")
-
-    def __init__(self, ws: WorkspaceFileAPI, path: str, *, create_dirs: bool = False) -> None:
-        self.ws = ws
-        self.path = path
-        self.fd = ws._root_fd
-        self.parts: list[str] = []
-        self.pending: deque[str] = deque(_components(ws, path))
-        self.hops = 0
-        self.create_dirs = create_dirs
-        self.made_dirs: list[str] = []
-
-    def close(self) -> None:
-        if self.fd != self.ws._root_fd:
-            os.close(self.fd)
-        self.fd = self.ws._root_fd
-
-    def advance(self) -> str | None:
-        """Walk every component but the last; return the last one's name, or
-        None when the path names the folder ``fd`` itself."""
-        while self.pending:
-            comp = self.pending.popleft()
-            if comp == "..":
-                self._up()
-            elif not self.pending:
-                return comp
-            else:
-                self._descend(comp)
-        return None
-
-    def settle(self) -> tuple[str | None, os.stat_result | None]:
-        """Like advance, then follow the last component while it is a link:
-        (name in ``fd``, its status or None when it does not exist)."""
-        while True:
-            name = self.advance()
-            if name is None:
-                return None, os.stat(self.fd)
-            try:
-                st = os.stat(name, dir_fd=self.fd, follow_symlinks=False)
-            except FileNotFoundError:
-                return name, None
-            if not stat.S_ISLNK(st.st_mode):
-                return name, st
-            if not self.follow(name):
-                self.pending.appendleft(name)  # it changed under us: look again
-
-    def follow(self, name: str) -> bool:
-        """If ``name`` in the current folder is a symlink, put its target's
-        components in its place (False: it is not a link)."""
-        self.hops += 1
-        if self.hops > MAX_SYMLINK_HOPS:
-            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP))
-        try:
-            target = os.readlink(name, dir_fd=self.fd)
-        except OSError as exc:
-            if exc.errno in (errno.EINVAL, errno.ENOENT):
-                return False
-            raise
-        if target.startswith("/"):
-            if not self.ws.contains(target):
-                raise WorkspaceEscape(
-                    f"path {self.path!r} escapes the workspace root "
-                    f"(the link {'/'.join([*self.parts, name])!r} points outside it)"
-                )
-            # Walked from the root again, so '..' in it cannot climb above it.
-            self.close()
-            self.parts = []
-            target = target[len(self.ws.workspace_root) :]
-        self.pending.extendleft(reversed([c for c in target.split("/") if c not in ("", ".")]))
-        return True
-
-    def relook(self, name: str, *, want_dir: bool) -> bool:
-        """``name`` (just popped) failed with ENOTDIR/ELOOP under O_NOFOLLOW.
-        True when the walk should go on: it is a link (its target now queued
-        in its place) or it changed under us (it is queued again, to look
-        anew; ``follow`` counts every look, so a swapping process cannot keep
-        us here). False: the error stands (a file where a folder was wanted)."""
-        if self.follow(name):
-            return True
-        try:
-            mode: int | None = os.stat(name, dir_fd=self.fd, follow_symlinks=False).st_mode
-        except FileNotFoundError:
-            mode = None
-        if mode is None or stat.S_ISLNK(mode) or stat.S_ISDIR(mode) or not want_dir:
-            self.pending.appendleft(name)
-            return True
-        return False
-
-    def lexical_rest(self) -> list[str]:
-        """The components of the path taken lexically from where the walk stopped."""
-        parts = list(self.parts)
-        for comp in self.pending:
-            if comp == "..":
-                if not parts:
-                    raise WorkspaceEscape(f"path {self.path!r} escapes the workspace root")
-                parts.pop()
-            else:
-                parts.append(comp)
-        return parts
-
-    def _descend(self, comp: str) -> None:
-        for _ in range(MAX_SYMLINK_HOPS):
-            try:
-                fd = os.open(comp, _WALK_FLAGS, dir_fd=self.fd)
-            except FileNotFoundError:
-                if not self.create_dirs:
-                    self.pending.appendleft(comp)  # lexical_rest still needs it
-                    raise
-                with contextlib.suppress(FileExistsError):
-                    os.mkdir(comp, 0o777, dir_fd=self.fd)
-                    self.made_dirs.append("/".join([*self.parts, comp]))
-                continue
-            except OSError as exc:
-                if exc.errno in _MAYBE_LINK and self.relook(comp, want_dir=True):
-                    return
-                if exc.errno == errno.ENOTDIR:
-                    self.pending.appendleft(comp)
-                raise
-            self.close()
-            self.fd = fd
-            self.parts.append(comp)
-            return
-        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP))
-
-    def _up(self) -> None:
-        if not self.parts:
-            raise WorkspaceEscape(f"path {self.path!r} escapes the workspace root")
-        # Walk down again from the root rather than opening '..': the parent
-        # is then the one this walk came through, not wherever the folder is now.
-        names = self.parts[:-1]
-        self.close()
-        self.parts = []
-        for comp in names:
-            fd = os.open(comp, _WALK_FLAGS, dir_fd=self.fd)
-            self.close()
-            self.fd = fd
-            self.parts.append(comp)
-
-
-def _components(ws: WorkspaceFileAPI, path: str) -> list[str]:
-    """The components of ``path`` relative to the root (not yet walked)."""
-    if not isinstance(path, str):
-        raise WorkspaceEscape(f"path must be a string, got {type(path).__name__}")
-    if "\x00" in path:
-        raise WorkspaceEscape(f"path {path!r} contains a NUL byte")
-    _check_name(path)
-    expanded = os.path.expanduser(path) if path.startswith("~") else path
-    if expanded.startswith("/"):
-        if ws.contains(expanded):
-            expanded = expanded[len(ws.workspace_root) :]
-        else:
-            # Another name for the root (a link to it): only the name is
-            # resolved here; the walk from the root descriptor still decides.
-            real = os.path.realpath(expanded)
-            if not ws.contains(real):
-                raise WorkspaceEscape(f"path {path!r} escapes the workspace root")
-            expanded = real[len(ws.workspace_root) :]
-    return [c for c in expanded.split("/") if c not in ("", ".")]
-
-
-def _open_last(walk: _Walk, path: str, flags: int, mode: int) -> int:
-    """Open the walk's last component with ``flags`` (+O_NOFOLLOW, following
-    an in-workspace link under the walk's rules)."""
-    while True:
-        name = walk.advance()
-        try:
-            return os.open(name or ".", flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=walk.fd)
-        except OSError as exc:
-            if name is not None and exc.errno == errno.ELOOP and walk.relook(name, want_dir=False):
-                continue
-            if name is None and exc.errno == errno.EISDIR:
-                raise ToolExecutionError(f"{path!r} is a directory, not a file") from None
-            raise
-
-
 def _require_regular(fd: int, path: str) -> None:
     st = os.fstat(fd)
     if stat.S_ISDIR(st.st_mode):
@@ -605,113 +412,6 @@ def _require_regular(fd: int, path: str) -> None:
         raise ToolExecutionError(
             f"{path!r} is not a regular file (a FIFO, socket or device); it cannot be used"
         )
-
-
-# Linux limits: a longer name or path fails in the OS with ENAMETOOLONG deep
-# inside some tool; checked up front, the caller learns what is wrong instead.
-NAME_MAX = 255
-PATH_MAX = 4096
-
-
-def _check_name(path: str) -> None:
-    """Refuse paths no file can have: text that is not valid Unicode (a lone
-    surrogate that is not an undecodable byte of a real file name) and names
-    or paths over the OS's length limits."""
-    try:
-        encoded = os.fsencode(path)
-    except UnicodeEncodeError:
-        raise ToolValidationFailed(
-            f"path {path!r} is not a valid file name: it holds a lone surrogate"
-        ) from None
-    if len(encoded) >= PATH_MAX:
-        raise ToolValidationFailed(f"path is {len(encoded)} bytes long; the limit is {PATH_MAX}")
-    longest = max(encoded.split(b"/"), key=len)
-    if len(longest) > NAME_MAX:
-        raise ToolValidationFailed(
-            f"path {path[:80]!r}... has a name of {len(longest)} bytes; the limit is {NAME_MAX}"
-        )
-
-
-def _atomic_write(dir_fd: int, name: str, content: bytes, mode: int | None) -> None:
-    if not _write_unnamed(dir_fd, name, content, mode):
-        _write_named(dir_fd, name, content, mode)
-
-
-# Errors meaning "this file system (or OS) has no O_TMPFILE": use a named temp file.
-_NO_TMPFILE = frozenset({errno.EOPNOTSUPP, errno.EINVAL, errno.EISDIR, errno.ENOENT})
-
-
-def _write_unnamed(dir_fd: int, name: str, content: bytes, mode: int | None) -> bool:
-    """Write into an unnamed file (O_TMPFILE) and give it a name only once it is
-    complete: a crash while writing (kill -9 of the server) leaves nothing behind
-    in the workspace, where a named temporary file would stay half-written. The
-    name exists for the instant between link and rename. False when the OS or
-    file system cannot do this; nothing was written then."""
-    flag = getattr(os, "O_TMPFILE", None)
-    if flag is None:
-        return False
-    try:
-        fd = os.open(".", flag | os.O_WRONLY | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
-    except OSError as exc:
-        if exc.errno in _NO_TMPFILE:
-            return False
-        raise
-    try:
-        _write_all(fd, content)
-        if mode is not None:
-            os.fchmod(fd, mode)
-        tmp = f".{name[:200]}.{secrets.token_hex(6)}.tmp"
-        try:
-            # A dir fd makes os.link use linkat(AT_SYMLINK_FOLLOW), which links
-            # the file /proc/self/fd/N stands for (plain link() would not).
-            os.link(f"/proc/self/fd/{fd}", tmp, dst_dir_fd=dir_fd)
-        except FileNotFoundError:
-            return False  # no /proc to name the file by
-        _replace(dir_fd, tmp, name)
-    finally:
-        os.close(fd)
-    return True
-
-
-def _write_named(dir_fd: int, name: str, content: bytes, mode: int | None) -> None:
-    tmp = f".{name[:200]}.{secrets.token_hex(6)}.tmp"
-    fd = os.open(
-        tmp,
-        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-        0o600,
-        dir_fd=dir_fd,
-    )
-    try:
-        try:
-            _write_all(fd, content)
-            if mode is not None:
-                os.fchmod(fd, mode)
-        finally:
-            os.close(fd)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp, dir_fd=dir_fd)
-        raise
-    _replace(dir_fd, tmp, name)
-
-
-def _write_all(fd: int, content: bytes) -> None:
-    view = memoryview(content)
-    while view:
-        view = view[os.write(fd, view) :]
-    os.fsync(fd)
-
-
-def _replace(dir_fd: int, tmp: str, name: str) -> None:
-    """Rename ``tmp`` over ``name``, both in ``dir_fd``; ``tmp`` is removed on failure.
-    renameat replaces whatever ``name`` is then (a link swapped in included)
-    and never follows it."""
-    try:
-        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp, dir_fd=dir_fd)
-        raise
 
 
 def _os_error(path: str, exc: OSError) -> ToolError:

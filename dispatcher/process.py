@@ -259,44 +259,16 @@ class ProcessRunner:
         threading.Thread(target=wait, name=f"wait-{proc.pid}", daemon=True).start()
 
     async def run(self) -> ProcessResult:
+        """Spawn, wait for the exit, a cancel or the timeout, stop the group."""
         started = time.perf_counter()
         proc = await self._spawn()
         assert self._exited is not None
         exited = self._exited
-        pipes = [reader.closed for reader in self._readers]
         cancelled = asyncio.ensure_future(self.cancel_event.wait())
-        timed_out = was_cancelled = background_killed = False
-        first: set[asyncio.Future[Any]] = {exited, cancelled}
         try:
-            done, _ = await asyncio.wait(
-                first, timeout=self.timeout, return_when=asyncio.FIRST_COMPLETED
+            timed_out, was_cancelled, background_killed = await self._await_end(
+                proc.pid, exited, cancelled
             )
-            if exited not in done:
-                was_cancelled = cancelled in done
-                timed_out = not was_cancelled
-                await self.terminate()
-            else:
-                # The exit may be seen in the same loop iteration as the cancel
-                # that caused it (the pidfd reports it at once): still a cancel.
-                was_cancelled = cancelled in done or (
-                    self.cancel_event.is_set() and self._terminating is not None
-                )
-                # Let the pipes drain; whatever still holds them is a leftover
-                # background process of the command's group. Every leftover is
-                # killed; only pipe holders are reported, because killpg also
-                # "reaches" members that are merely exiting (a sandbox's init).
-                pending = [p for p in pipes if not p.done()]
-                if pending:
-                    _, still = await asyncio.wait(pending, timeout=DRAIN_GRACE)
-                    background_killed = bool(still)
-                _signal_group(proc.pid, signal.SIGKILL)
-            pending = [p for p in pipes if not p.done()]
-            if pending:
-                await asyncio.wait(pending, timeout=PIPE_CLOSE_TIMEOUT)
-            for reader in self._readers:
-                if not reader.closed.done():
-                    # Held open by a process that left the group (setsid): stop listening.
-                    reader.close()
         except asyncio.CancelledError:
             # The dispatcher's own timeout or the turn's cancellation: no grace.
             _signal_group(proc.pid, signal.SIGKILL)
@@ -320,6 +292,45 @@ class ProcessRunner:
             duration_ms=elapsed_ms(started),
             pid=proc.pid,
         )
+
+    async def _await_end(
+        self, pid: int, exited: asyncio.Future[int], cancelled: asyncio.Future[Any]
+    ) -> tuple[bool, bool, bool]:
+        """``(timed_out, cancelled, background_killed)`` once the command's
+        group is stopped and its pipes are closed or let go."""
+        pipes = [reader.closed for reader in self._readers]
+        timed_out = was_cancelled = background_killed = False
+        first: set[asyncio.Future[Any]] = {exited, cancelled}
+        done, _ = await asyncio.wait(
+            first, timeout=self.timeout, return_when=asyncio.FIRST_COMPLETED
+        )
+        if exited not in done:
+            was_cancelled = cancelled in done
+            timed_out = not was_cancelled
+            await self.terminate()
+        else:
+            # The exit may be seen in the same loop iteration as the cancel
+            # that caused it (the pidfd reports it at once): still a cancel.
+            was_cancelled = cancelled in done or (
+                self.cancel_event.is_set() and self._terminating is not None
+            )
+            # Let the pipes drain; whatever still holds them is a leftover
+            # background process of the command's group. Every leftover is
+            # killed; only pipe holders are reported, because killpg also
+            # "reaches" members that are merely exiting (a sandbox's init).
+            pending = [p for p in pipes if not p.done()]
+            if pending:
+                _, still = await asyncio.wait(pending, timeout=DRAIN_GRACE)
+                background_killed = bool(still)
+            _signal_group(pid, signal.SIGKILL)
+        pending = [p for p in pipes if not p.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=PIPE_CLOSE_TIMEOUT)
+        for reader in self._readers:
+            if not reader.closed.done():
+                # Held open by a process that left the group (setsid): stop listening.
+                reader.close()
+        return timed_out, was_cancelled, background_killed
 
     def _close(self) -> None:
         """Release the pipes, without waiting on pipe holders. A process still

@@ -31,13 +31,16 @@ one expected, which ends a scan.
 
 The check is the low 32 bits of the payload's XXH3-64 hash seeded with the
 record's ``seq`` (the ``xxhash`` library): a torn or stale record passes it
-by chance once in 2**32, as with a CRC-32, at a quarter of the CPU of zlib's
-CRC-32 here (0.07 us against 0.34 for a 420-byte event, measured; zlib 1.2.13
-has no hardware CRC), on a path every event takes. Rings written by the
-previous format (magic ``TRLYRNG1``: CRC-32 of seq and payload) are still
-read, so an upgrade after a crash loses nothing; the server switches such a
-ring to this format when it starts writing (``start_at``), once SQLite holds
-everything the old records carried.
+by chance once in 2**32, as with a CRC-32, for a fraction of the CPU of
+zlib's CRC-32 (which has no hardware CRC here), on a path every event takes
+(figures: benchmarks/README.md, "Event ring").
+
+A ring file of any other format (a different magic, such as ``TRLYRNG1``, a
+CRC-32 layout no release wrote) is not read: it is made anew, with a warning
+naming the file. The ring is not a pure cache (an event may be visible while
+only the ring holds it), so a ring of another format whose events SQLite
+lacks would lose them; no released build writes another format, so none
+exists (see specs/event-bus-and-trace-catalog.md, "Commit path").
 
 Hand-written because it is the domain: the durability guarantee of the
 event path, with no library in between to reason about.
@@ -46,11 +49,10 @@ event path, with no library in between to reason about.
 from __future__ import annotations
 
 import json
+import logging
 import mmap
 import os
 import struct
-import zlib
-from collections.abc import Callable
 from typing import Any
 
 from xxhash import xxh3_64_intdigest as _xxh3
@@ -58,7 +60,6 @@ from xxhash import xxh3_64_intdigest as _xxh3
 from eventbus.errors import EventLogError
 
 MAGIC = b"TRLYRNG2"  # records checked with XXH3 (see the module docstring)
-_CRC32_MAGIC = b"TRLYRNG1"  # the previous format: records checked with CRC-32
 HEADER_SIZE = 4096
 _HEADER = struct.Struct("<8sQQQ")  # magic, capacity, log inode, ingested position
 _INGESTED_AT = 32 - 8
@@ -72,6 +73,8 @@ _CHECK_MASK = 0xFFFF_FFFF
 DEFAULT_CAPACITY = 8 * 1024 * 1024
 SUFFIX = ".ring"
 
+log = logging.getLogger("toolrelay.eventbus")
+
 
 def ring_path(log_path: str) -> str:
     """Where the ring of the log at ``log_path`` lives."""
@@ -83,20 +86,8 @@ def _aligned(size: int) -> int:
 
 
 def _check(seq: int, payload: bytes | memoryview) -> int:
-    """A record's check in this format."""
+    """A record's check."""
     return _xxh3(payload, seq) & _CHECK_MASK
-
-
-def _crc32_check(seq: int, payload: bytes | memoryview) -> int:
-    """A record's check in the previous format (``_CRC32_MAGIC``)."""
-    return zlib.crc32(payload, zlib.crc32(seq.to_bytes(8, "little")))
-
-
-# The check each format's magic stands for.
-_CHECKS: dict[bytes, Callable[[int, bytes | memoryview], int]] = {
-    MAGIC: _check,
-    _CRC32_MAGIC: _crc32_check,
-}
 
 
 class Ring:
@@ -107,12 +98,8 @@ class Ring:
     records how far SQLite has it (``mark_ingested``). Positions only grow.
     """
 
-    def __init__(
-        self, path: str, fd: int, mapped: mmap.mmap, capacity: int, magic: bytes = MAGIC
-    ) -> None:
+    def __init__(self, path: str, fd: int, mapped: mmap.mmap, capacity: int) -> None:
         self.path = path
-        # The check the records now in the ring were written with.
-        self._magic = magic
         self._fd = fd
         self._map = mapped
         self.capacity = capacity
@@ -141,14 +128,19 @@ class Ring:
         try:
             header = os.pread(fd, _HEADER.size, 0)
             magic = _HEADER.unpack(header)[0] if len(header) == _HEADER.size else b""
+            if magic not in (b"", b"\0" * len(MAGIC), MAGIC):
+                log.warning(
+                    "event ring %s is in a format this build does not read (%r): made anew",
+                    path,
+                    magic,
+                )
             fresh = (
-                magic not in _CHECKS
+                magic != MAGIC
                 or _HEADER.unpack(header)[1:3] != (capacity, log_inode)
                 # (A short file would be SIGBUS, not an error, once mapped.)
                 or os.fstat(fd).st_size != size
             )
             if fresh:
-                magic = MAGIC
                 os.ftruncate(fd, 0)
                 # Reserved now, so that writing through the mapping can never
                 # meet a full disk (which would be SIGBUS, not an error).
@@ -158,7 +150,7 @@ class Ring:
         except OSError as exc:
             os.close(fd)
             raise EventLogError(f"cannot make the event ring {path!r}: {exc}") from exc
-        return cls(path, fd, mapped, capacity, magic)
+        return cls(path, fd, mapped, capacity)
 
     def close(self) -> None:
         """Unmap and close (what was written stays in the file)."""
@@ -181,14 +173,7 @@ class Ring:
     # -- the server's side -------------------------------------------------------
 
     def start_at(self, position: int) -> None:
-        """Server: write from ``position`` on (where the log process's scan ended).
-
-        A ring of the previous format is switched to this one here: SQLite
-        holds every record before ``position`` (the log process committed
-        them before saying where its scan ended), so none is read again."""
-        if self._magic != MAGIC:
-            self._map[: len(MAGIC)] = MAGIC
-            self._magic = MAGIC
+        """Server: write from ``position`` on (where the log process's scan ended)."""
         self._position = self._released = position
 
     @property
@@ -239,7 +224,7 @@ class Ring:
         skipped (SQLite has them); the scan ends at a torn record, a record of
         an earlier lap, or a gap."""
         rows: list[tuple[Any, ...]] = []
-        check = _CHECKS[self._magic]
+        check = _check
         position = self.ingested
         expected: int | None = None
         mapped = self._map

@@ -154,47 +154,21 @@ def test_a_record_moved_to_another_seq_fails_its_check(tmp_path: Path) -> None:
         ring.close()
 
 
-def _previous_format_ring(path: str, inode: int, events: list[bytes]) -> None:
-    """A ring as the previous build wrote it (magic TRLYRNG1, CRC-32 of the
-    seq and the payload), written here byte by byte, independently of Ring."""
-    import struct
-    import zlib
-
-    with open(path, "wb") as f:
-        f.write(struct.pack("<8sQQQ", b"TRLYRNG1", CAPACITY, inode, 0).ljust(HEADER_SIZE, b"\0"))
-        body = bytearray(CAPACITY)
-        offset = 0
-        for seq, payload in enumerate(events, start=1):
-            crc = zlib.crc32(payload, zlib.crc32(seq.to_bytes(8, "little")))
-            struct.pack_into("<IIQ", body, offset, len(payload), crc, seq)
-            body[offset + 16 : offset + 16 + len(payload)] = payload
-            offset += (16 + len(payload) + 15) & ~15
-        f.write(body)
-
-
-def test_a_ring_of_the_previous_format_is_recovered_then_switched(tmp_path: Path) -> None:
+def test_a_ring_of_another_format_is_made_anew_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A ring whose magic is not this format's (TRLYRNG1 was never released)
+    is not read: it is made anew, and the log says so."""
     path = str(tmp_path / "events.ring")
-    events = [_event(seq, 50 * seq) for seq in range(1, 8)]
-    _previous_format_ring(path, 3, events)
-
-    # The log process, after the upgrade: what the crash left is read back.
-    log_side = Ring.open(path, log_inode=3, capacity=CAPACITY)
-    rows, position = log_side.recover(2)  # SQLite had 1 and 2
-    assert [row[0] for row in rows] == [3, 4, 5, 6, 7]
-    assert [row[6].encode() for row in rows] == events[2:]
-    log_side.mark_ingested(position)
-    log_side.close()
-
-    # The server starts writing where the scan ended: the ring is of this
-    # format from then on, and a crash after that is recovered with it.
-    server = Ring.open(path, log_inode=3, capacity=CAPACITY)
-    server.start_at(position)
-    assert server._map[: len(MAGIC)] == MAGIC
-    assert server.write(8, _event(8, 10)) is not None
-    assert server.write(9, _event(9, 10)) is not None
-    server.close()
-    again = Ring.open(path, log_inode=3, capacity=CAPACITY)
+    first = Ring.open(path, log_inode=3, capacity=CAPACITY)
+    assert first.write(1, _event(1, 10)) is not None
+    first._map[: len(MAGIC)] = b"TRLYRNG1"
+    first.close()
+    with caplog.at_level("WARNING", logger="toolrelay.eventbus"):
+        again = Ring.open(path, log_inode=3, capacity=CAPACITY)
     try:
-        assert [row[0] for row in again.recover(7)[0]] == [8, 9]
+        assert again._map[: len(MAGIC)] == MAGIC
+        assert again.recover(0) == ([], 0)
+        assert "format this build does not read" in caplog.text and path in caplog.text
     finally:
         again.close()

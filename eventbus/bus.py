@@ -62,7 +62,7 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from types import TracebackType
 from typing import Any, Literal
 
@@ -78,13 +78,12 @@ from eventbus.errors import (
     UnknownEventType,
 )
 from eventbus.interface import BusStats
-from eventbus.log import MAX_REPLAY_LIMIT, MEMORY, EventLog
-from eventbus.log_access import LogAccess, ProcessLogAccess, ThreadLogAccess
+from eventbus.log import MAX_REPLAY_LIMIT, EventLog
+from eventbus.log_access import access_for
 from eventbus.record import EventRecord
 from eventbus.ring import DEFAULT_CAPACITY as DEFAULT_RING_BYTES
 from eventbus.subscription import Subscription, Visibility
-from eventbus.validation import validate_payload
-from protocol.catalog import EventType
+from eventbus.validation import TYPE_NAMES, check_ids, payload_type, validate_payload
 from protocol.payloads import Payload
 
 __all__ = ["DEBUG_ENV", "BusStats", "EventBus", "InvariantBroken"]
@@ -93,12 +92,6 @@ DEBUG_ENV = "TOOLRELAY_EVENT_DEBUG"
 # What one replay page may hold (besides its count): a subscriber catching up
 # holds one page at a time, so this bounds its memory together with its queue.
 DEFAULT_REPLAY_PAGE_BYTES = 4 * 1024 * 1024
-
-# Maps each catalog name (and so each EventType member, which hashes as its
-# value) to the plain str: one lookup both checks and normalises the type.
-_TYPE_NAMES: dict[str, str] = {t.value: t.value for t in EventType}
-# Payload class -> its catalog type, filled on each class's first emit.
-_CLASS_NAMES: dict[type[Payload], str] = {}
 
 
 def _positive(name: str, value: int) -> int:
@@ -109,21 +102,6 @@ def _positive(name: str, value: int) -> int:
 
 def _debug_env() -> bool:
     return os.environ.get(DEBUG_ENV, "") not in ("", "0", "false", "no")
-
-
-def _log_access(log: EventLog | None, choice: str | None, ring_bytes: int) -> LogAccess | None:
-    """How the bus reaches ``log``: its process (files, by default) or a thread."""
-    if log is None:
-        return None
-    if choice is None:
-        choice = "thread" if log.path == MEMORY else "process"
-    if choice == "process":
-        # Absolute: the child must find the file even if the cwd changes.
-        path = log.path if log.path == MEMORY else os.path.abspath(log.path)
-        return ProcessLogAccess(path, ring_bytes)
-    if choice == "thread":
-        return ThreadLogAccess(log)
-    raise ValueError(f"log_access must be 'process' or 'thread', got {choice!r}")
 
 
 class EventBus:
@@ -193,7 +171,7 @@ class EventBus:
         self._validate = _debug_env() if validate_payloads is None else validate_payloads
         checking = _debug_env() if check_invariants is None else check_invariants
         self._on_failure = on_failure
-        access = _log_access(log, log_access, ring_bytes)
+        access = access_for(log, log_access, ring_bytes)
         self._progress = Progress()
         self._fanout = Fanout(
             chunk=chunk, progress=self._progress, track_sessions=access is None, check=checking
@@ -372,10 +350,10 @@ class EventBus:
         """
         if self._state != "running":
             self._refuse()
-        name = _TYPE_NAMES.get(type) if isinstance(type, str) else None
+        name = TYPE_NAMES.get(type) if isinstance(type, str) else None
         if name is None:
             raise UnknownEventType(type)
-        _check_ids(session_id, turn_id)
+        check_ids(session_id, turn_id)
         if not isinstance(data, dict):
             if not isinstance(data, Mapping):
                 raise InvalidEvent(f"{name} data must be a mapping, got {data.__class__.__name__}")
@@ -396,8 +374,8 @@ class EventBus:
         """
         if self._state != "running":
             self._refuse()
-        name = _payload_type(payload)
-        _check_ids(session_id, turn_id)
+        name = payload_type(payload)
+        check_ids(session_id, turn_id)
         if self._validate:
             try:
                 dumped = payload.model_dump(mode="json")
@@ -439,32 +417,10 @@ class EventBus:
 
     def check_invariants(self) -> None:
         """Raise InvariantBroken unless invariants 1-4 of the module docstring
-        hold (5 is checked as each chunk is fanned out). Cheap: no walk over
-        the queues, only their ends."""
-        c = self._commit
-        if self._failure is not None or self._state == "new":
-            return  # stopped: the containers were dropped on purpose
-        published, delivered = c.seq, self._fanout.delivered_seq
-        _require(published >= max(delivered, c.committed_seq, c.ringed_seq), "1: published")
-        if c.ring is not None:
-            _require(delivered <= max(c.ringed_seq, c.committed_seq), "2: delivered not durable")
-            head = c.unseen[0].seq if c.unseen else published + 1
-            _require(head == delivered + 1, "4: unseen must start right after delivered")
-            _require(not c.unseen or c.unseen[-1].seq == published, "4: unseen must end at seq")
-        elif c.access is not None:
-            _require(delivered <= c.committed_seq, "2: delivered before committed")
-        batches = [*c.settle, *c.inflight]
-        if c.writing is not None:
-            batches.append(c.writing)
-        expected = batches[0].records[0].seq if batches else None
-        for batch in batches:
-            _require(batch.records[0].seq == expected, "3: batches out of seq order")
-            expected = batch.records[-1].seq + 1
-        if c.pending:
-            _require(expected in (None, c.pending[0].seq), "3: pending does not follow the batches")
-            _require(c.pending[-1].seq == published, "3: pending must end at seq")
-        elif expected is not None:
-            _require(expected == published + 1, "3: the batches must end at seq")
+        hold (5 is checked as each chunk is fanned out, see eventbus.delivery).
+        Cheap: no walk over the queues, only their ends."""
+        if self._failure is None and self._state != "new":  # (stopped: dropped on purpose)
+            self._commit.check_invariants(self._fanout.delivered_seq)
 
     # -- subscribing ------------------------------------------------------------------
 
@@ -502,7 +458,7 @@ class EventBus:
         async def read_page(cursor: int, limit: int) -> list[EventRecord]:
             if visible_sessions is None:
                 return await self._read_page(session_id, cursor, limit)
-            return await self._read_visible_page(sorted(visible_sessions()), cursor, limit)
+            return await self._read_page(None, cursor, limit, sorted(visible_sessions()))
 
         sub = Subscription(
             session_id=session_id,
@@ -559,49 +515,35 @@ class EventBus:
             raise CursorInFuture(cursor=after, latest_cursor=latest, session_id=session_id)
         return queue, queue_bytes
 
-    async def _read_page(self, session_id: str | None, after: int, limit: int) -> list[EventRecord]:
+    async def _read_page(
+        self, session_id: str | None, after: int, limit: int, sessions: list[str] | None = None
+    ) -> list[EventRecord]:
+        """A replay page after ``after`` that holds everything delivered;
+        ``sessions``: only those sessions' events of the all-sessions stream
+        (none visible: no page is requested at all)."""
         if self._state != "running":
             self._refuse()
         access = self._commit.access
-        if access is None:
+        if access is None or sessions == []:
             fanout = self._fanout
             delivered = (
                 fanout.delivered_seq
                 if session_id is None
                 else fanout.delivered_session.get(session_id, 0)
             )
-            if after < delivered:
+            if sessions is None and after < delivered:
                 raise CursorExpired(cursor=after, oldest_cursor=delivered, session_id=session_id)
             return []
-        return await self._counted(
+        page = await self._commit.consistent_read(
             lambda through: access.read_page(
-                session_id, after, limit, max_bytes=self._page_bytes, through=through
+                session_id,
+                after,
+                limit,
+                sessions=sessions,
+                max_bytes=self._page_bytes,
+                through=through,
             )
         )
-
-    async def _read_visible_page(
-        self, sessions: list[str], after: int, limit: int
-    ) -> list[EventRecord]:
-        """A page of the all-sessions stream holding only ``sessions``' events."""
-        if self._state != "running":
-            self._refuse()
-        access = self._commit.access
-        if not sessions or access is None:
-            # Nothing visible, nothing to read: no page is requested at all.
-            return []
-        return await self._counted(
-            lambda through: access.read_page(
-                None, after, limit, sessions=sessions, max_bytes=self._page_bytes, through=through
-            )
-        )
-
-    async def _counted(
-        self, read: Callable[[int], Awaitable[list[EventRecord]]]
-    ) -> list[EventRecord]:
-        """A replay page that holds everything delivered, counted in the stats."""
-        if self._failure is not None:
-            self._refuse()
-        page = await self._commit.consistent_read(read)
         self._replay_pages += 1
         self._replay_records += len(page)
         return page
@@ -652,28 +594,3 @@ class EventBus:
             replay_pages=self._replay_pages,
             replay_records=self._replay_records,
         )
-
-
-def _check_ids(session_id: str, turn_id: str | None) -> None:
-    if session_id.__class__ is not str or not session_id:
-        raise InvalidEvent(f"session_id must be a non-empty string, got {session_id!r}")
-    if turn_id is not None and turn_id.__class__ is not str:
-        raise InvalidEvent(f"turn_id must be a string or None, got {turn_id!r}")
-
-
-def _payload_type(payload: Payload) -> str:
-    """The catalog type a payload's class names (cached per class)."""
-    cls = payload.__class__
-    name = _CLASS_NAMES.get(cls)
-    if name is None:
-        event_type = getattr(cls, "event_type", None)
-        name = _TYPE_NAMES.get(event_type) if isinstance(event_type, str) else None
-        if name is None:
-            raise UnknownEventType(f"{cls.__name__} (no catalog event_type)")
-        _CLASS_NAMES[cls] = name
-    return name
-
-
-def _require(condition: bool, what: str) -> None:
-    if not condition:
-        raise InvariantBroken(f"event bus invariant {what}")

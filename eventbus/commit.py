@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from typing import Any
 
-from eventbus.delivery import Fanout, Progress, encoded_size
+from eventbus.delivery import Fanout, InvariantBroken, Progress, encoded_size
 from eventbus.encoding import EnvelopeEncoder, UtcClock
 from eventbus.errors import BusClosed, EventLogError, EventNotSerializable
 from eventbus.log import LogBehind, OutOfSequence, StorageFault
@@ -492,6 +492,34 @@ class CommitPath:
                 cause=exc.cause,
             ) from exc
 
+    # -- invariants (eventbus.bus's module docstring) ---------------------------------
+
+    def check_invariants(self, delivered: int) -> None:
+        """Raise InvariantBroken unless invariants 1-4 hold, ``delivered`` being
+        delivery's watermark. Only the ends of the containers are read."""
+        c = self
+        published = c.seq
+        _require(published >= max(delivered, c.committed_seq, c.ringed_seq), "1: published")
+        if c.ring is not None:
+            _require(delivered <= max(c.ringed_seq, c.committed_seq), "2: delivered not durable")
+            head = c.unseen[0].seq if c.unseen else published + 1
+            _require(head == delivered + 1, "4: unseen must start right after delivered")
+            _require(not c.unseen or c.unseen[-1].seq == published, "4: unseen must end at seq")
+        elif c.access is not None:
+            _require(delivered <= c.committed_seq, "2: delivered before committed")
+        batches = [*c.settle, *c.inflight]
+        if c.writing is not None:
+            batches.append(c.writing)
+        expected = batches[0].records[0].seq if batches else None
+        for batch in batches:
+            _require(batch.records[0].seq == expected, "3: batches out of seq order")
+            expected = batch.records[-1].seq + 1
+        if c.pending:
+            _require(expected in (None, c.pending[0].seq), "3: pending does not follow the batches")
+            _require(c.pending[-1].seq == published, "3: pending must end at seq")
+        elif expected is not None:
+            _require(expected == published + 1, "3: the batches must end at seq")
+
     # -- reads that must see what was shown ------------------------------------------
 
     async def consistent_read(
@@ -515,3 +543,8 @@ class CommitPath:
                         raise BusClosed("the event bus is closed") from None
                     await self._progress.wait()
         raise EventLogError(f"the event log still lacks events up to seq {target} after a commit")
+
+
+def _require(condition: bool, what: str) -> None:
+    if not condition:
+        raise InvariantBroken(f"event bus invariant {what}")

@@ -12,9 +12,9 @@
     ├── BusNotStarted
     ├── BusClosed
     └── EventLogError                    the durable log failed
-        ├── StorageFault                 (eventbus.log) a storage fault stops commits
-        ├── OutOfSequence                (eventbus.log) a batch sent behind one that failed
-        └── LogBehind                    (eventbus.log) a replay the log cannot serve yet
+        ├── StorageFault                 a storage fault stops commits
+        ├── OutOfSequence                a batch sent behind one that failed
+        └── LogBehind                    a replay the log cannot serve yet
 
 Every error names what was wrong and, where a caller can recover (a cursor
 that is too old, a subscriber that fell behind), carries the number it needs
@@ -31,6 +31,9 @@ tree: ``ForwardError`` > ``ReplicaUnavailable``, and ``HandlerRefused``.
 """
 
 from __future__ import annotations
+
+import errno
+import sqlite3
 
 
 class EventBusError(Exception):
@@ -167,3 +170,68 @@ class BusClosed(EventBusError):
 
 class EventLogError(EventBusError):
     """The durable log failed or was misused: unreadable file, closed log, bad batch."""
+
+
+# -- the log's own conditions (also importable from eventbus.log) -----------------
+
+
+class OutOfSequence(EventLogError):
+    """A batch does not start right after the last ``seq`` written.
+
+    Nothing of it was written. The bus sends batches ahead of earlier
+    commits' replies (see eventbus.bus); when one of those earlier batches
+    fails, every later one is refused this way until it is retried, so a hole
+    can never be committed. The bus sends the batch again after the earlier
+    one is in.
+    """
+
+
+class LogBehind(EventLogError):
+    """A replay asked for a log that holds events up to a ``seq`` it does not
+    hold yet (an append before it failed and is being retried): nothing was
+    read. Subscribers may already have seen those events (they are durable in
+    the ring, see eventbus.ring), so a page without them would be a gap; the
+    bus waits for the commit and reads again."""
+
+
+class StorageFault(EventLogError):
+    """A write failed because of the storage (disk full, I/O error, read-only).
+
+    Nothing of the batch was written; the same batch may be retried.
+    ``cause`` says what failed in a few words plus SQLite's message.
+    """
+
+    def __init__(self, message: str, *, cause: str) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
+# SQLite result codes that mean the storage under the file failed, not the
+# request: the same write may succeed once the fault clears (space is freed,
+# the disk is remounted read-write), so the bus retries instead of stopping.
+_STORAGE_FAULTS = (
+    ("SQLITE_FULL", "disk full"),
+    ("SQLITE_IOERR", "I/O error"),
+    ("SQLITE_READONLY", "read-only storage"),
+    ("SQLITE_CANTOPEN", "cannot open a database file"),
+)
+
+
+def storage_cause(exc: BaseException) -> str | None:
+    """What ``exc`` says about the storage (``"disk full (...)"``), or None if it
+    is not a storage fault (a bug, a second writer, a corrupt file)."""
+    if isinstance(exc, StorageFault):
+        return exc.cause
+    if isinstance(exc, sqlite3.Error):
+        name = getattr(exc, "sqlite_errorname", None) or ""
+        for prefix, what in _STORAGE_FAULTS:
+            if name.startswith(prefix):
+                return f"{what} ({exc})"
+    if isinstance(exc, OSError) and exc.errno is not None:
+        if exc.errno == errno.ENOSPC:
+            return f"disk full ({exc.strerror})"
+        if exc.errno == errno.EROFS:
+            return f"read-only storage ({exc.strerror})"
+        if exc.errno == errno.EIO:
+            return f"I/O error ({exc.strerror})"
+    return None

@@ -20,7 +20,7 @@ thread needs the GIL back once per page instead of once per row.
 With synchronous=NORMAL in WAL mode a commit survives a crash of the process;
 after a power loss the most recent commits may be rolled back, never torn.
 
-A file log checkpoints in a thread of its own (``_Checkpointer``), not in the
+A file log checkpoints in a thread of its own (``Checkpointer``), not in the
 commit that happens to fill the WAL: SQLite's automatic checkpoint runs inside
 that commit and fsyncs twice, which made one commit in ~70 take 4-30 ms
 instead of 0.05 ms (see specs/event-bus-and-trace-catalog.md, "Commit path").
@@ -28,7 +28,6 @@ instead of 0.05 ms (see specs/event-bus-and-trace-catalog.md, "Commit path").
 
 from __future__ import annotations
 
-import errno
 import heapq
 import itertools
 import json
@@ -40,97 +39,20 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
-import orjson
-
+from eventbus import log_sql as sql
 from eventbus.errors import CursorExpired, EventLogError
+from eventbus.errors import LogBehind as LogBehind
+from eventbus.errors import OutOfSequence as OutOfSequence
+from eventbus.errors import StorageFault as StorageFault
+from eventbus.errors import storage_cause as storage_cause
+from eventbus.log_checkpoint import CHECKPOINT_BYTES as CHECKPOINT_BYTES
+from eventbus.log_checkpoint import Checkpointer
+from eventbus.log_pages import cut_page
+from eventbus.log_pages import unpack_page as unpack_page
+from eventbus.log_pages import unpack_rows as unpack_rows
+from eventbus.log_sql import Row as Row
 from eventbus.record import EventRecord
-
-SCHEMA_VERSION = 2
-# Version 1 had the same tables; only events_turn_end's condition differs
-# (an IN list): opening such a log re-creates that index (``_prepare``).
-_UPGRADES_FROM = {1: "DROP INDEX IF EXISTS events_turn_end;"}
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS events (
-    seq          INTEGER PRIMARY KEY,
-    session_id   TEXT    NOT NULL,
-    session_seq  INTEGER NOT NULL,
-    type         TEXT    NOT NULL,
-    turn_id      TEXT,
-    ts           TEXT    NOT NULL,
-    json         TEXT    NOT NULL
-);
-CREATE UNIQUE INDEX IF NOT EXISTS events_by_session ON events (session_id, session_seq);
--- Only turns' terminal events: crash recovery asks which turns already ended (turn_ends).
--- Spelled with OR, not IN: SQLite evaluates the condition at every insert, and
--- an IN list there cost ~1.5 us per event (a third of the insert), OR ~0.3.
-CREATE INDEX IF NOT EXISTS events_turn_end ON events (turn_id)
-    WHERE type = 'turn.cancelled' OR type = 'turn.completed' OR type = 'turn.failed';
--- Filtered all-sessions replays seek each visible session by seq (replay_page).
-CREATE INDEX IF NOT EXISTS events_by_session_and_seq ON events (session_id, seq);
-CREATE TABLE IF NOT EXISTS session_counters (
-    session_id        TEXT    PRIMARY KEY,
-    last_session_seq  INTEGER NOT NULL,
-    last_seq          INTEGER NOT NULL
-) WITHOUT ROWID;
-"""
-
-_INSERT = (
-    "INSERT INTO events (seq, session_seq, session_id, type, turn_id, ts, json) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?)"
-)
-# One upsert per session per batch (a per-row trigger cost more than the insert).
-_UPDATE_COUNTERS = """
-INSERT INTO session_counters (session_id, last_session_seq, last_seq)
-SELECT session_id, MAX(session_seq), MAX(seq) FROM events
-WHERE seq BETWEEN ? AND ? GROUP BY session_id
-ON CONFLICT (session_id) DO UPDATE SET
-    last_session_seq = excluded.last_session_seq, last_seq = excluded.last_seq
-"""
-Row = tuple[int, int, str, str, str | None, str, str]
-
-
-# One row per page: the metadata as a JSON array and the texts joined by a
-# record separator (0x1E), which JSON text can never contain (control
-# characters are escaped inside strings, and no byte of a multi-byte UTF-8
-# sequence is below 0x80). An append request to the log process is packed
-# the same way (see ``unpack_rows``). Both
-# aggregates run over the rows in the same pass, so they pair up; the order
-# is re-established in Python because aggregate order is not guaranteed.
-_PAGE = """
-SELECT {oldest}, {last},
-       json_group_array(json_array(seq, session_seq, session_id, type, turn_id, ts)),
-       group_concat(json, char(30))
-FROM (SELECT seq, session_seq, session_id, type, turn_id, ts, json FROM events
-      WHERE {where} ORDER BY {order} LIMIT :limit)
-"""
-_PAGE_ALL = _PAGE.format(
-    oldest="(SELECT MIN(seq) FROM events)",
-    last="(SELECT MAX(last_seq) FROM session_counters)",
-    where="seq > :after",
-    order="seq",
-)
-_PAGE_SESSION = _PAGE.format(
-    oldest="(SELECT MIN(session_seq) FROM events WHERE session_id = :sid)",
-    last="(SELECT last_session_seq FROM session_counters WHERE session_id = :sid)",
-    where="session_id = :sid AND session_seq > :after",
-    order="session_seq",
-)
-_RECORD_SEPARATOR = "\x1e"
-# One visible session's events after a global cursor, in seq order: stepped
-# lazily, so a filtered page reads about as many rows as it returns.
-_SESSION_BY_SEQ = (
-    "SELECT seq, session_seq, session_id, type, turn_id, ts, json FROM events "
-    "WHERE session_id = ? AND seq > ? ORDER BY seq"
-)
-# The checkpointer runs after this many bytes of envelopes were committed since
-# its last run (about what SQLite's default of 1000 WAL pages holds), and at
-# least every CHECKPOINT_IDLE_S while commits arrive.
-CHECKPOINT_BYTES = 1024 * 1024
-CHECKPOINT_IDLE_S = 5.0
-_BOUNDS_ALL = "SELECT (SELECT MIN(seq) FROM events), (SELECT MAX(last_seq) FROM session_counters)"
 
 MEMORY = ":memory:"
 _NO_BYTE_CAP = 1 << 62
@@ -138,137 +60,6 @@ _NO_BYTE_CAP = 1 << 62
 # entries); an estimate for size-based pruning, corrected by the next prune.
 _ROW_OVERHEAD = 96
 MAX_REPLAY_LIMIT = 10_000
-# The same text as the partial index's WHERE, so SQLite can use that index.
-_TURN_ENDS = (
-    "SELECT turn_id, json FROM events WHERE (type = 'turn.cancelled' OR type = 'turn.completed' "
-    "OR type = 'turn.failed') AND turn_id IN (SELECT value FROM json_each(?)) ORDER BY seq"
-)
-
-# SQLite result codes that mean the storage under the file failed, not the
-# request: the same write may succeed once the fault clears (space is freed,
-# the disk is remounted read-write), so the bus retries instead of stopping.
-_STORAGE_FAULTS = (
-    ("SQLITE_FULL", "disk full"),
-    ("SQLITE_IOERR", "I/O error"),
-    ("SQLITE_READONLY", "read-only storage"),
-    ("SQLITE_CANTOPEN", "cannot open a database file"),
-)
-
-
-class OutOfSequence(EventLogError):
-    """A batch does not start right after the last ``seq`` written.
-
-    Nothing of it was written. The bus sends batches ahead of earlier
-    commits' replies (see eventbus.bus); when one of those earlier batches
-    fails, every later one is refused this way until it is retried, so a hole
-    can never be committed. The bus sends the batch again after the earlier
-    one is in.
-    """
-
-
-class LogBehind(EventLogError):
-    """A replay asked for a log that holds events up to a ``seq`` it does not
-    hold yet (an append before it failed and is being retried): nothing was
-    read. Subscribers may already have seen those events (they are durable in
-    the ring, see eventbus.ring), so a page without them would be a gap; the
-    bus waits for the commit and reads again."""
-
-
-class StorageFault(EventLogError):
-    """A write failed because of the storage (disk full, I/O error, read-only).
-
-    Nothing of the batch was written; the same batch may be retried.
-    ``cause`` says what failed in a few words plus SQLite's message.
-    """
-
-    def __init__(self, message: str, *, cause: str) -> None:
-        super().__init__(message)
-        self.cause = cause
-
-
-def storage_cause(exc: BaseException) -> str | None:
-    """What ``exc`` says about the storage (``"disk full (...)"``), or None if it
-    is not a storage fault (a bug, a second writer, a corrupt file)."""
-    if isinstance(exc, StorageFault):
-        return exc.cause
-    if isinstance(exc, sqlite3.Error):
-        name = getattr(exc, "sqlite_errorname", None) or ""
-        for prefix, what in _STORAGE_FAULTS:
-            if name.startswith(prefix):
-                return f"{what} ({exc})"
-    if isinstance(exc, OSError) and exc.errno is not None:
-        if exc.errno == errno.ENOSPC:
-            return f"disk full ({exc.strerror})"
-        if exc.errno == errno.EROFS:
-            return f"read-only storage ({exc.strerror})"
-        if exc.errno == errno.EIO:
-            return f"I/O error ({exc.strerror})"
-    return None
-
-
-def unpack_page(meta_json: str, texts: str | None) -> list[EventRecord]:
-    """Records from a packed replay page (see ``EventLog.replay_page``)."""
-    meta: list[list[Any]] = json.loads(meta_json)
-    if not meta:
-        return []
-    parts = texts.split(_RECORD_SEPARATOR) if texts else []
-    if len(parts) != len(meta):
-        raise EventLogError("event log page is inconsistent (a text holds a 0x1E byte)")
-    records = [
-        EventRecord(seq, session_seq, session_id, type_, turn_id, ts, text)
-        for (seq, session_seq, session_id, type_, turn_id, ts), text in zip(
-            meta, parts, strict=True
-        )
-    ]
-    # Aggregate order is unspecified; on rows that are already sorted this is O(n).
-    records.sort(key=_by_seq)
-    return records
-
-
-def _cut_page(meta_json: str, texts: str, max_bytes: int) -> tuple[str, str]:
-    """The leading rows of a packed page (in seq order) while the texts before
-    each add up to less than ``max_bytes``: at least the first row."""
-    meta: list[list[Any]] = json.loads(meta_json)
-    parts = texts.split(_RECORD_SEPARATOR)
-    if len(parts) != len(meta):
-        raise EventLogError("event log page is inconsistent (a text holds a 0x1E byte)")
-    rows = sorted(zip(meta, parts, strict=True), key=lambda pair: int(pair[0][0]))
-    kept = 0
-    size = 0
-    for _, text in rows:
-        if size >= max_bytes:
-            break
-        kept += 1
-        size += len(text)
-    rows = rows[:kept]
-    return (
-        json.dumps([m for m, _ in rows], separators=(",", ":")),
-        _RECORD_SEPARATOR.join(t for _, t in rows),
-    )
-
-
-def _by_seq(record: EventRecord) -> int:
-    return record.seq
-
-
-def unpack_rows(meta_json: str, texts: str) -> list[Row]:
-    """Rows from a packed append (what the log process receives): the index
-    columns as a JSON array of ``[seq, session_seq, session_id, type, turn_id,
-    ts]`` and the envelope texts joined by 0x1E, in the same order."""
-    # orjson: half the standard library's parse time here (0.14 us a row
-    # against 0.27), in the log process, on every event.
-    meta: list[list[Any]] = orjson.loads(meta_json)
-    parts = texts.split(_RECORD_SEPARATOR) if texts else []
-    if len(parts) != len(meta) or not all(isinstance(m, list) and len(m) == 6 for m in meta):
-        raise EventLogError(
-            f"malformed append: {len(meta)} index rows for {len(parts)} envelope texts"
-        )
-    return [
-        (seq, session_seq, session_id, type_, turn_id, ts, text)
-        for (seq, session_seq, session_id, type_, turn_id, ts), text in zip(
-            meta, parts, strict=True
-        )
-    ]
 
 
 def _rfc3339(epoch: float) -> str:
@@ -288,46 +79,6 @@ def _check_cursor(name: str, value: int | None) -> None:
         return
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise ValueError(f"{name} must be a non-negative integer or None, got {value!r}")
-
-
-class _Checkpointer:
-    """Moves the WAL into the database from a thread with its own connection.
-
-    PASSIVE checkpoints neither wait for nor block the writer: commits keep
-    appending to the WAL meanwhile (the GIL is released while SQLite works).
-    A failed checkpoint (disk full, I/O error) is left to the next one; the
-    commits themselves are unaffected.
-    """
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self._conn = conn
-        self._wanted = threading.Event()
-        self._stopping = False
-        self._written = 0
-        self._thread = threading.Thread(target=self._run, name="eventlog-checkpoint", daemon=True)
-        self._thread.start()
-
-    def committed(self, size: int) -> None:
-        """Called by the writer after each commit of ``size`` bytes."""
-        self._written += size
-        if self._written >= CHECKPOINT_BYTES:
-            self._written = 0
-            self._wanted.set()
-
-    def _run(self) -> None:
-        while True:
-            self._wanted.wait(CHECKPOINT_IDLE_S)
-            self._wanted.clear()
-            if self._stopping:
-                return
-            with suppress(sqlite3.Error):
-                self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-
-    def close(self) -> None:
-        self._stopping = True
-        self._wanted.set()
-        self._thread.join()
-        self._conn.close()
 
 
 class EventLog:
@@ -359,7 +110,7 @@ class EventLog:
         # (first, last) of a batch whose write failed: its retry may find it written.
         self._uncertain: tuple[int, int] | None = None
         self._closed = False
-        self._checkpointer: _Checkpointer | None = None
+        self._checkpointer: Checkpointer | None = None
 
     # -- opening -----------------------------------------------------------------------
 
@@ -382,7 +133,7 @@ class EventLog:
             write_conn = cls._connect(spec)
             try:
                 cls._prepare(write_conn, spec)
-                # Checkpoints run beside the commits (_Checkpointer), not in them.
+                # Checkpoints run beside the commits (Checkpointer), not in them.
                 write_conn.execute("PRAGMA wal_autocheckpoint = 0")
                 read_conn = cls._connect(spec)
             except BaseException:
@@ -395,7 +146,7 @@ class EventLog:
                 write_conn.close()
                 raise
             log = cls(spec, write_conn, read_conn, cls._query_last_seq(write_conn))
-            log._checkpointer = _Checkpointer(checkpoint_conn)
+            log._checkpointer = Checkpointer(checkpoint_conn)
             return log
         except (sqlite3.Error, OSError) as exc:
             raise EventLogError(f"cannot open event log {spec!r}: {exc}") from exc
@@ -411,10 +162,10 @@ class EventLog:
     @staticmethod
     def _prepare(conn: sqlite3.Connection, spec: str) -> None:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if version not in (0, SCHEMA_VERSION, *_UPGRADES_FROM):
+        if version not in (0, sql.SCHEMA_VERSION, *sql.UPGRADES_FROM):
             raise EventLogError(
                 f"event log {spec!r} has schema version {version}; this build reads "
-                f"version {SCHEMA_VERSION}"
+                f"version {sql.SCHEMA_VERSION}"
             )
         try:
             conn.execute("SELECT json_group_array(json_array(1))").fetchone()
@@ -430,9 +181,10 @@ class EventLog:
         conn.execute("PRAGMA synchronous = NORMAL")
         # One transaction: a crash midway leaves the old version, done again
         # at the next open.
-        upgrade = _UPGRADES_FROM.get(version, "")
+        upgrade = sql.UPGRADES_FROM.get(version, "")
         conn.executescript(
-            f"BEGIN IMMEDIATE; {upgrade} {_SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
+            f"BEGIN IMMEDIATE; {upgrade} {sql.SCHEMA} "
+            f"PRAGMA user_version = {sql.SCHEMA_VERSION}; COMMIT;"
         )
 
     @staticmethod
@@ -520,8 +272,8 @@ class EventLog:
             conn = self._write
             try:
                 conn.execute("BEGIN IMMEDIATE")
-                conn.executemany(_INSERT, rows)
-                conn.execute(_UPDATE_COUNTERS, (first, last))
+                conn.executemany(sql.INSERT, rows)
+                conn.execute(sql.UPDATE_COUNTERS, (first, last))
                 conn.execute("COMMIT")
             except sqlite3.Error as exc:
                 self._after_failed_write(first, last)
@@ -707,13 +459,13 @@ class EventLog:
         params = {"sid": session_id, "after": after or 0, "limit": limit}
         with self._reading() as conn:
             if sessions is None:
-                row = conn.execute(_PAGE_ALL if session_id is None else _PAGE_SESSION, params)
+                row = conn.execute(sql.PAGE_ALL if session_id is None else sql.PAGE_SESSION, params)
                 oldest, last, meta, texts = row.fetchone()
                 # len() counts characters (bytes for ASCII text). Usually nothing to cut,
                 # and then the byte bound costs nothing (a window function in the
                 # query made every page about 3x slower).
                 if texts is not None and len(texts) > byte_cap:
-                    meta, texts = _cut_page(meta, texts, byte_cap)
+                    meta, texts = cut_page(meta, texts, byte_cap)
             else:
                 oldest, last, meta, texts = self._visible_page(
                     conn, sessions, after or 0, limit, byte_cap
@@ -747,9 +499,9 @@ class EventLog:
         conn.execute("BEGIN")
         cursors: list[sqlite3.Cursor] = []
         try:
-            oldest, last = conn.execute(_BOUNDS_ALL).fetchone()
+            oldest, last = conn.execute(sql.BOUNDS_ALL).fetchone()
             for sid in dict.fromkeys(sessions):  # each once, in the caller's order
-                cursors.append(conn.execute(_SESSION_BY_SEQ, (sid, after)))
+                cursors.append(conn.execute(sql.SESSION_BY_SEQ, (sid, after)))
             rows: list[Row] = []
             size = 0
             for row in itertools.islice(heapq.merge(*cursors), limit):
@@ -762,7 +514,7 @@ class EventLog:
                 cursor.close()
             conn.execute("COMMIT")
         meta = json.dumps([list(r[:6]) for r in rows], separators=(",", ":"))
-        texts = _RECORD_SEPARATOR.join(r[6] for r in rows) if rows else None
+        texts = sql.RECORD_SEPARATOR.join(r[6] for r in rows) if rows else None
         return oldest, last, meta, texts
 
     def turn_ends(self, turn_ids: Sequence[str]) -> dict[str, str]:
@@ -775,7 +527,7 @@ class EventLog:
             raise ValueError(f"turn_ids must be non-empty strings, got {turn_ids!r}")
         ends: dict[str, str] = {}
         with self._reading() as conn:
-            for turn_id, text in conn.execute(_TURN_ENDS, (json.dumps(ids),)):
+            for turn_id, text in conn.execute(sql.TURN_ENDS, (json.dumps(ids),)):
                 ends.setdefault(turn_id, text)
         return ends
 

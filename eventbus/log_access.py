@@ -31,12 +31,12 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import orjson
 
 from eventbus.errors import CursorExpired, EventLogError
-from eventbus.log import EventLog, LogBehind, OutOfSequence, StorageFault, unpack_page
+from eventbus.log import MEMORY, EventLog, LogBehind, OutOfSequence, StorageFault, unpack_page
 from eventbus.log_server import (
     APPEND,
     ERROR,
@@ -302,6 +302,8 @@ class ProcessLogAccess:
         return None if self._transport is None else self._transport.get_pid()
 
     async def start(self) -> tuple[int, dict[str, int]]:
+        """Spawn the log process, wire its pipes and wait for its hello (it has
+        committed what the ring held beyond the log by then)."""
         loop = asyncio.get_running_loop()
         hello: asyncio.Future[tuple[bytes, bytes]] = loop.create_future()
         self._waiting.append(hello)  # the handshake is the first reply
@@ -351,7 +353,10 @@ class ProcessLogAccess:
         if op != OK:
             await self._stop_process()
             raise _error_from(payload)
-        body = json.loads(payload)
+        return await self._opened(json.loads(payload))
+
+    async def _opened(self, body: dict[str, Any]) -> tuple[int, dict[str, int]]:
+        """After the child's hello: map the ring where its scan ended; the log's counters."""
         ring = body["ring"]
         try:
             self.ring = Ring.open(
@@ -529,6 +534,21 @@ class ProcessLogAccess:
                 with contextlib.suppress(ProcessLookupError):
                     transport.kill()
                 await asyncio.shield(protocol.exited)
+
+
+def access_for(log: EventLog | None, choice: str | None, ring_bytes: int) -> LogAccess | None:
+    """How the bus reaches ``log``: its process (files, by default) or a thread."""
+    if log is None:
+        return None
+    if choice is None:
+        choice = "thread" if log.path == MEMORY else "process"
+    if choice == "process":
+        # Absolute: the child must find the file even if the cwd changes.
+        path = log.path if log.path == MEMORY else os.path.abspath(log.path)
+        return ProcessLogAccess(path, ring_bytes)
+    if choice == "thread":
+        return ThreadLogAccess(log)
+    raise ValueError(f"log_access must be 'process' or 'thread', got {choice!r}")
 
 
 def pack_append(records: list[EventRecord], ring_end: int = 0) -> bytes:

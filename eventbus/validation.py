@@ -1,7 +1,8 @@
-"""Checking a published payload against its model (the bus's debug mode).
+"""Checking what is published: its type and ids (always), its payload
+against its model (the bus's debug mode).
 
 The models live in the shared vocabulary (``protocol.payloads``); the errors
-are the bus's, so the check lives here.
+are the bus's, so the checks live here.
 """
 
 from __future__ import annotations
@@ -11,10 +12,16 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from eventbus.errors import PayloadInvalid, UnknownEventType
+from eventbus.errors import InvalidEvent, PayloadInvalid, UnknownEventType
 from protocol.catalog import EventType
 from protocol.payloads import PAYLOAD_MODELS, Payload
 from protocol.validation_errors import describe_errors, dotted_location
+
+# Maps each catalog name (and so each EventType member, which hashes as its
+# value) to the plain str: one lookup both checks and normalises the type.
+TYPE_NAMES: dict[str, str] = {t.value: t.value for t in EventType}
+# Payload class -> its catalog type, filled on each class's first emit.
+_CLASS_NAMES: dict[type[Payload], str] = {}
 
 
 def payload_model(event_type: str) -> type[Payload]:
@@ -39,3 +46,23 @@ def validate_payload(event_type: str, data: Mapping[str, Any]) -> Payload:
     except ValidationError as exc:
         errors = describe_errors(exc, where=lambda err: dotted_location(err, top_level="<data>"))
         raise PayloadInvalid(event_type, errors) from None
+
+
+def check_ids(session_id: str, turn_id: str | None) -> None:
+    if session_id.__class__ is not str or not session_id:
+        raise InvalidEvent(f"session_id must be a non-empty string, got {session_id!r}")
+    if turn_id is not None and turn_id.__class__ is not str:
+        raise InvalidEvent(f"turn_id must be a string or None, got {turn_id!r}")
+
+
+def payload_type(payload: Payload) -> str:
+    """The catalog type a payload's class names (cached per class)."""
+    cls = payload.__class__
+    name = _CLASS_NAMES.get(cls)
+    if name is None:
+        event_type = getattr(cls, "event_type", None)
+        name = TYPE_NAMES.get(event_type) if isinstance(event_type, str) else None
+        if name is None:
+            raise UnknownEventType(f"{cls.__name__} (no catalog event_type)")
+        _CLASS_NAMES[cls] = name
+    return name

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from eventbus.log import _TURN_ENDS, EventLog
+from eventbus.log import EventLog
+from eventbus.log_sql import TURN_ENDS as _TURN_ENDS
 from eventbus.record import EventRecord
 
 

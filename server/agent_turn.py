@@ -129,20 +129,10 @@ class AgentTurn:
                 conversation.append(assistant)
             uses = assistant.tool_uses()
             if not uses:
-                report = await self._quality_gates()
-                if report is not None and not ctx.cancel_requested.is_set():
-                    # One more round: the model reads the failed gates' report.
-                    feedback = Message(role="user", content=[TextBlock(text=report)])
-                    append_message(ctx, feedback)
-                    conversation.append(feedback)
-                    continue
-                await turn_pipeline.run_hooks(
-                    ctx.dispatch_session,
-                    HookEvent.AGENT_COMPLETE,
-                    turn_id=ctx.turn_id,
-                    extra={"steps": self.steps, "stop_reason": completed.stop_reason},
-                )
-                return self.outcome(stop_reason=completed.stop_reason)
+                ended = await self._no_more_tools(completed.stop_reason, conversation)
+                if ended is None:
+                    continue  # one more round: the model reads the failed gates' report
+                return ended
             results = await self._run_tools(uses, malformed)
             tool_message = Message(role="tool", content=list(results))
             append_message(ctx, tool_message)
@@ -154,6 +144,27 @@ class AgentTurn:
             "send another message to let it continue"
         )
         return failed_outcome(TurnFailureReason.STEP_LIMIT, message, self.details(), turn=self)
+
+    async def _no_more_tools(
+        self, stop_reason: str | None, conversation: list[Message]
+    ) -> TurnOutcome | None:
+        """The model asked for no tools: run the quality gates; a required gate
+        that failed goes back to the model (None: one more round), else the
+        ``agent_complete`` hooks run and the turn completes."""
+        ctx = self.ctx
+        report = await self._quality_gates()
+        if report is not None and not ctx.cancel_requested.is_set():
+            feedback = Message(role="user", content=[TextBlock(text=report)])
+            append_message(ctx, feedback)
+            conversation.append(feedback)
+            return None
+        await turn_pipeline.run_hooks(
+            ctx.dispatch_session,
+            HookEvent.AGENT_COMPLETE,
+            turn_id=ctx.turn_id,
+            extra={"steps": self.steps, "stop_reason": stop_reason},
+        )
+        return self.outcome(stop_reason=stop_reason)
 
     # -- the pipeline around a model call ---------------------------------------
 

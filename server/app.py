@@ -85,6 +85,14 @@ def create_app(
         default_response_class=AsciiJSONResponse,
     )
     app.state.runtime = runtime
+    _install_routes(app, mcp_endpoint)
+    _install_error_handlers(app, config.server.max_body_bytes)
+    _install_middleware(app, runtime, config)
+    return app
+
+
+def _install_routes(app: FastAPI, mcp_endpoint: McpEndpoint) -> None:
+    """Every route: the HTTP API, the docs, the dashboard's files and the MCP endpoint."""
     for router in (sessions.router, turns.router, streams.router, system.router):
         app.include_router(router)
     app.include_router(metrics.router)
@@ -101,8 +109,11 @@ def create_app(
         StaticFiles(directory=system.DASHBOARD_DIR, check_dir=False),
         name="dashboard-static",
     )
-    _install_error_handlers(app, config.server.max_body_bytes)
-    # Starlette wraps in reverse order: the body limit sees requests after authentication.
+
+
+def _install_middleware(app: FastAPI, runtime: Services, config: Config) -> None:
+    """The middleware stack, innermost first (Starlette wraps in reverse order:
+    the body limit sees requests after authentication)."""
     # Innermost: in cluster mode, session requests go to their owner replica.
     app.add_middleware(ClusterRouting, cluster=lambda: runtime.cluster)
     app.add_middleware(BodyLimit, max_body_bytes=config.server.max_body_bytes)
@@ -116,7 +127,6 @@ def create_app(
     app.add_middleware(docs.UnknownPathGuard, routes=lambda: app.router.routes)
     # Around everything: the request line with its duration (server/logs.py).
     app.add_middleware(RequestLog)
-    return app
 
 
 def _install_error_handlers(app: FastAPI, max_body_bytes: int) -> None:

@@ -27,7 +27,8 @@ server (see specs/scale-out.md, "Server wiring"):
   pending confirmations ``cancelled`` and ends each turn ``turn.failed``
   (``reason: replica_lost``). A later request for the session adopts it if
   this replica reaches its workspace (same path); otherwise it is answered
-  503 ``owner_gone`` saying so.
+  503 ``owner_gone`` saying so (the ending: server/cluster_loss.py; moving
+  requests' bytes: server/cluster_asgi.py).
 """
 
 from __future__ import annotations
@@ -39,15 +40,13 @@ import json
 import logging
 import os
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from dispatcher.call import resolution_event
-from dispatcher.confirmations import Resolution
 from eventbus import BusClosed, EventBusError, SubscriberTooSlow
 from eventbus.cluster.answers import AnswerArbiter
 from eventbus.cluster.bus import ClusterBus
@@ -58,13 +57,21 @@ from eventbus.cluster.log import OWNERSHIP_EVENTS
 from eventbus.cluster.presence import Presence as ClusterPresence
 from protocol.catalog import EventType
 from server.auth import Principal
+from server.cluster_asgi import (
+    captured_reply,
+    forwarded_scope,
+    read_body,
+    replay,
+    send_conflict,
+    send_error,
+)
+from server.cluster_loss import end_lost_turns
 from server.cluster_routing import SESSION_PATH, default_replica_id
 from server.config import ClusterSection, ConfigInvalid
-from server.errors import ApiError, NotFound, StorageUnavailable, error_body
-from server.middleware import PRINCIPAL_KEY, principal_of
+from server.errors import ApiError, NotFound, StorageUnavailable
+from server.middleware import principal_of
 from server.presence import Attachment
-from server.store import SessionRecord, Store, TurnFailureReason
-from server.turn_state import TurnPhase, turn_event
+from server.store import SessionRecord, Store
 
 if TYPE_CHECKING:
     from dispatcher.confirmations import ConfirmationBroker
@@ -81,14 +88,7 @@ REPLICA_HEADER = b"x-toolrelay-replica"
 FORWARD_TIMEOUT_S = 30.0
 # How often the watchdog PINGs Redis (see ClusterServices._watch_redis).
 WATCHDOG_INTERVAL_S = 0.2
-# Bounds on the scan of a lost session's events for pending confirmations.
-_SCAN_PAGE = 500
-_SCAN_PAGES = 2_000
 _ANSWER_PATH = re.compile(r"^/sessions/([^/]+)/turns/([^/]+)/confirmations/([^/]+)$")
-
-
-def replica_id_of(section: ClusterSection) -> str:
-    return section.replica_id or default_replica_id()
 
 
 class ClusterServices:
@@ -107,7 +107,7 @@ class ClusterServices:
         self._sessions: SessionRegistry | None = None
         self._broker: ConfirmationBroker | None = None
         self.url = section.redis_url
-        self.replica_id = replica_id_of(section)
+        self.replica_id = section.replica_id or default_replica_id()
         self.redis: aioredis.Redis = aioredis.Redis.from_url(
             section.redis_url, decode_responses=True, health_check_interval=10
         )
@@ -370,72 +370,10 @@ class ClusterServices:
     # -- replica loss ----------------------------------------------------------------
 
     async def _on_lost(self, lost: LostTurns) -> None:
-        """End a dead owner's turns: confirmations ``cancelled``, then ``turn.failed``."""
-        bus = self.bus
-        assert bus is not None
-        session_id = lost.session_id
-        dead = ", ".join(sorted(set(lost.turns.values())))
-        for request in await self._pending_requests(session_id, set(lost.turns)):
-            outcome = await self.arbiter.decide(
-                request["request_id"],
-                "cancelled",
-                resolved_by=f"replica {self.replica_id}",
-                scope="once",
-                extra={"tool_use_id": request["tool_use_id"], "message": None},
-            )
-            if outcome.won:
-                resolution = Resolution(
-                    request_id=request["request_id"],
-                    decision="cancelled",
-                    scope="once",
-                    resolved_by=outcome.resolved_by,
-                    message=f"replica {dead} running the turn was lost",
-                )
-                bus.emit(
-                    resolution_event(resolution, request["tool_use_id"]),
-                    session_id=session_id,
-                    turn_id=request["turn_id"],
-                )
-        for turn_id, replica in sorted(lost.turns.items()):
-            lost_end = {
-                "reason": TurnFailureReason.REPLICA_LOST.value,
-                "message": f"replica {replica} running the turn was lost (its lease lapsed); "
-                f"ended by replica {self.replica_id}",
-            }
-            bus.emit(turn_event(TurnPhase.FAILED, lost_end), session_id=session_id, turn_id=turn_id)
-        # In Redis before the claim counts: if this fails, the watcher lists them again.
-        await bus.flush()
-        log.warning(
-            "cluster: ended %d turn(s) of session %s: replica %s was lost",
-            len(lost.turns),
-            session_id,
-            dead,
-        )
-
-    async def _pending_requests(self, session_id: str, turn_ids: set[str]) -> list[dict[str, str]]:
-        """Confirmation requests of these turns the session's events never resolved."""
+        """End a dead owner's turns: confirmations ``cancelled``, then ``turn.failed``
+        (server/cluster_loss.py)."""
         assert self.bus is not None
-        pending: dict[str, dict[str, str]] = {}
-        after = 0
-        for _page in range(_SCAN_PAGES):
-            records = await self.bus.log.read_page(session_id, after, _SCAN_PAGE)
-            for record in records:
-                if (
-                    record.type == EventType.TOOL_CONFIRMATION_REQUESTED
-                    and record.turn_id in turn_ids
-                ):
-                    data = json.loads(record.text)["data"]
-                    pending[data["request_id"]] = {
-                        "request_id": data["request_id"],
-                        "tool_use_id": data["tool_use_id"],
-                        "turn_id": record.turn_id or "",
-                    }
-                elif record.type == EventType.TOOL_CONFIRMATION_RESOLVED:
-                    pending.pop(json.loads(record.text)["data"]["request_id"], None)
-            if len(records) < _SCAN_PAGE:
-                break
-            after = records[-1].session_seq
-        return list(pending.values())
+        await end_lost_turns(self.bus, self.arbiter, self.replica_id, lost)
 
     # -- routing -----------------------------------------------------------------------
 
@@ -453,7 +391,7 @@ class ClusterServices:
                 await self._check_redis()
                 owner = await self._owner(session_id)
             except RedisError as exc:
-                await _send_error(send, 503, "redis_unavailable", f"Redis cannot be reached: {exc}")
+                await send_error(send, 503, "redis_unavailable", f"Redis cannot be reached: {exc}")
                 return
         if owner == self.replica_id:
             await self._run_local(scope, receive, send, session_id)
@@ -477,10 +415,10 @@ class ClusterServices:
         if answer is None:
             await self.inner_app(scope, receive, send)
             return
-        body = await _read_body(receive)
+        body = await read_body(receive)
         if await self._answer_lost(scope, send, session_id, answer.group(2), answer.group(3), body):
             return
-        await self.inner_app(scope, _replay(body, receive), send)
+        await self.inner_app(scope, replay(body, receive), send)
 
     async def _answer_lost(
         self, scope: Scope, send: Send, session_id: str, turn_id: str, request_id: str, body: bytes
@@ -527,11 +465,11 @@ class ClusterServices:
         )
         if outcome.won:
             return False
-        await _send_conflict(send, request_id, request.tool_use_id, outcome)
+        await send_conflict(send, request_id, request.tool_use_id, outcome)
         return True
 
     async def _forward(self, scope: Scope, receive: Receive, send: Send, owner: str) -> None:
-        body = await _read_body(receive)
+        body = await read_body(receive)
         principal = principal_of(scope)
         payload = {
             "method": scope["method"],
@@ -553,15 +491,15 @@ class ClusterServices:
         try:
             reply = await self.forwarder.call(owner, "http", payload, timeout_s=FORWARD_TIMEOUT_S)
         except ReplicaUnavailable as exc:
-            await _send_error(
+            await send_error(
                 send, 503, "owner_unavailable", f"the session's owner is unavailable: {exc}"
             )
             return
         except ForwardError as exc:
-            await _send_error(send, exc.status, "forward_failed", f"forwarded to {owner}: {exc}")
+            await send_error(send, exc.status, "forward_failed", f"forwarded to {owner}: {exc}")
             return
         except RedisError as exc:
-            await _send_error(send, 503, "redis_unavailable", f"Redis cannot be reached: {exc}")
+            await send_error(send, 503, "redis_unavailable", f"Redis cannot be reached: {exc}")
             return
         headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in reply["headers"]]
         headers.append((REPLICA_HEADER, owner.encode("latin-1")))
@@ -574,68 +512,15 @@ class ClusterServices:
             raise HandlerRefused(f"unknown forwarded operation {op!r}", status=400)
         if self.inner_app is None:
             raise HandlerRefused("this replica has not served a request yet", status=503)
-        p = payload["principal"]
         path = str(payload["path"])
-        headers: list[tuple[bytes, bytes]] = [
-            (str(k).encode("latin-1"), str(v).encode("latin-1")) for k, v in payload["headers"]
-        ]
-        body = base64.b64decode(payload["body"])
-        headers.append((b"content-length", str(len(body)).encode("ascii")))
-        scope: dict[str, Any] = {
-            "type": "http",
-            "asgi": {"version": "3.0", "spec_version": "2.3"},
-            "http_version": "1.1",
-            "method": str(payload["method"]),
-            "scheme": "http",
-            "path": path,
-            "raw_path": path.encode("utf-8"),
-            "query_string": str(payload["query_string"]).encode("latin-1"),
-            "root_path": "",
-            "headers": headers,
-            "client": ("127.0.0.1", 0),
-            "server": ("127.0.0.1", 0),
-            "state": {},
-            "app": self.scope_app,
-            FORWARDED_KEY: True,
-            PRINCIPAL_KEY: Principal(
-                token_name=str(p["token_name"]),
-                role=p["role"],
-                client_name=str(p["client_name"]),
-                allowed_roots=tuple(str(r) for r in p["allowed_roots"]),
-            ),
-        }
-        sent = False
-
-        async def receive() -> Message:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            await asyncio.Event().wait()  # no disconnect: the caller waits for the reply
-            raise AssertionError("unreachable")
-
-        status = 500
-        out_headers: list[list[str]] = []
-        chunks: list[bytes] = []
-
-        async def send(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-                for k, v in message.get("headers", []):
-                    out_headers.append([bytes(k).decode("latin-1"), bytes(v).decode("latin-1")])
-            elif message["type"] == "http.response.body":
-                chunks.append(bytes(message.get("body", b"")))
-
         session = SESSION_PATH.match(path)
         if session is None:
             raise HandlerRefused(f"not a session path: {path!r}", status=400)
-        await self.route(scope, receive, send, session.group(1))
-        return {
-            "status": status,
-            "headers": out_headers,
-            "body": base64.b64encode(b"".join(chunks)).decode("ascii"),
-        }
+        scope, session_id = forwarded_scope(payload, self.scope_app, FORWARDED_KEY), session[1]
+        return await captured_reply(
+            lambda receive, send: self.route(scope, receive, send, session_id),
+            base64.b64decode(payload["body"]),
+        )
 
     async def _ownerless(self, scope: Scope, receive: Receive, send: Send, session_id: str) -> None:
         """Nobody holds the lease: adopt the session here if its workspace is
@@ -644,20 +529,20 @@ class ClusterServices:
         try:
             session = await self.describe(session_id)
         except RedisError as exc:
-            await _send_error(send, 503, "redis_unavailable", f"Redis cannot be reached: {exc}")
+            await send_error(send, 503, "redis_unavailable", f"Redis cannot be reached: {exc}")
             return
         if session is None:
             await self.inner_app(scope, receive, send)  # unknown everywhere: the route's 404
             return
         if not principal_of(scope).can_see(str(session.get("owner"))):
-            await _send_error(send, 404, "not_found", f"no session {session_id!r}")
+            await send_error(send, 404, "not_found", f"no session {session_id!r}")
             return
         answer = _ANSWER_PATH.match(scope["path"]) if scope["method"] == "POST" else None
         if answer is not None:
             winner = await self.arbiter.winner(answer.group(3))
             if winner is not None:
                 tool_use_id = str(winner.extra.get("tool_use_id") or "")
-                await _send_conflict(send, answer.group(3), tool_use_id, winner)
+                await send_conflict(send, answer.group(3), tool_use_id, winner)
                 return
         if await self._adopt(session_id, session):
             await self._run_local(scope, receive, send, session_id)
@@ -666,7 +551,7 @@ class ClusterServices:
         if owner is not None and owner != self.replica_id:
             await self._forward(scope, receive, send, owner)  # another replica adopted it
             return
-        await _send_error(
+        await send_error(
             send,
             503,
             "owner_gone",
@@ -711,72 +596,3 @@ class ClusterServices:
 def _safe_url(url: str) -> str:
     """The Redis URL without a password (it would end up in logs)."""
     return re.sub(r"//[^@/]*@", "//***@", url)
-
-
-async def _read_body(receive: Receive) -> bytes:
-    """The whole request body (BodyLimit, outside, already bounds it)."""
-    parts: list[bytes] = []
-    for _ in range(1_000_000):
-        message = await receive()
-        if message["type"] != "http.request":
-            break
-        parts.append(bytes(message.get("body", b"")))
-        if not message.get("more_body", False):
-            break
-    return b"".join(parts)
-
-
-def _replay(body: bytes, receive: Receive) -> Callable[[], Awaitable[Message]]:
-    """A receive that yields the body read already, then the real one's messages."""
-    given = False
-
-    async def replayed() -> Message:
-        nonlocal given
-        if not given:
-            given = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replayed
-
-
-async def _send_json(send: Send, status: int, body: dict[str, Any]) -> None:
-    data = json.dumps(body, ensure_ascii=True).encode("ascii")
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(data)).encode("ascii")),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": data})
-
-
-async def _send_error(send: Send, status: int, code: str, message: str) -> None:
-    await _send_json(send, status, error_body(code, message))
-
-
-async def _send_conflict(send: Send, request_id: str, tool_use_id: str, winner: Any) -> None:
-    """The confirmation route's 409 (``already_resolved`` with the winning answer)."""
-    answer = {
-        "request_id": request_id,
-        "tool_use_id": tool_use_id,
-        "decision": winner.decision,
-        "scope": winner.scope,
-        "resolved_by": winner.resolved_by,
-        "resolved_by_token": winner.extra.get("resolved_by_token"),
-        "message": winner.extra.get("message"),
-    }
-    await _send_json(
-        send,
-        409,
-        error_body(
-            "already_resolved",
-            f"confirmation {request_id!r} was already resolved: {winner.decision} "
-            f"by {winner.resolved_by}",
-            resolution=answer,
-        ),
-    )

@@ -140,25 +140,11 @@ def log_config(
     if log_format not in LOG_FORMATS:
         raise ValueError(f"log_format must be one of {', '.join(LOG_FORMATS)}, got {log_format!r}")
     redact = {"()": RedactingFilter, "secrets": list(secrets)}
-    formatters: dict[str, Any] = {
-        "default": {
-            "()": "uvicorn.logging.DefaultFormatter",
-            "fmt": "%(levelprefix)s %(name)s: %(message)s",
-            "use_colors": False,
-        },
-        "access": {
-            "()": TextAccessFormatter,
-            "fmt": '%(levelprefix)s %(client_addr)s - "%(request_line)s" %(status_code)s',
-            "use_colors": False,
-        },
-    }
-    if log_format == "json":
-        formatters = {"default": {"()": JsonFormatter}, "access": {"()": JsonFormatter}}
     config: dict[str, Any] = {
         "version": 1,
         "disable_existing_loggers": False,
         "filters": {"redact": redact, "denial_noise": {"()": DenialNoiseFilter}},
-        "formatters": formatters,
+        "formatters": _formatters(log_format),
         "handlers": {
             "default": {
                 "class": "logging.StreamHandler",
@@ -190,6 +176,24 @@ def log_config(
         # Python's last-resort handler would print other loggers' warnings as plain text.
         config["root"] = {"handlers": ["default"], "level": "WARNING"}
     return config
+
+
+def _formatters(log_format: str) -> dict[str, Any]:
+    """The formatters of ``log_config``: uvicorn's text lines, or JSON objects."""
+    if log_format == "json":
+        return {"default": {"()": JsonFormatter}, "access": {"()": JsonFormatter}}
+    return {
+        "default": {
+            "()": "uvicorn.logging.DefaultFormatter",
+            "fmt": "%(levelprefix)s %(name)s: %(message)s",
+            "use_colors": False,
+        },
+        "access": {
+            "()": TextAccessFormatter,
+            "fmt": '%(levelprefix)s %(client_addr)s - "%(request_line)s" %(status_code)s',
+            "use_colors": False,
+        },
+    }
 
 
 class JsonFormatter(logging.Formatter):
@@ -355,16 +359,7 @@ class ToolCallLog:
             return
         data = load(record)
         if type_ == EventType.MESSAGE_COMPLETED:
-            # The assistant message names every call with its input, including
-            # calls that end before running (denied, outside the workspace).
-            message = data.get("message")
-            if isinstance(message, dict) and message.get("role") == "assistant":
-                for block in message.get("content") or ():
-                    if isinstance(block, dict) and block.get("type") == "tool_use":
-                        use_key = (record.turn_id, str(block.get("id") or ""))
-                        self._summaries[use_key] = summarize(
-                            str(block.get("name")), block.get("input")
-                        )
+            self._note_calls(record.turn_id, data.get("message"))
             return
         key = (record.turn_id, str(data.get("tool_use_id") or ""))
         if type_ == EventType.TOOL_CALLED:
@@ -373,7 +368,27 @@ class ToolCallLog:
         if type_ == EventType.TOOL_CONFIRMATION_REQUESTED:
             self._summaries.setdefault(key, str(data.get("input_summary") or ""))
             return
-        summary = self._summaries.pop(key, None)
+        self._log_end(record, data, key, self._summaries.pop(key, None))
+
+    def _note_calls(self, turn_id: str | None, message: Any) -> None:
+        """The assistant message names every call with its input, including
+        calls that end before running (denied, outside the workspace)."""
+        if not isinstance(message, dict) or message.get("role") != "assistant":
+            return
+        for block in message.get("content") or ():
+            if isinstance(block, dict) and block.get("type") == "tool_use":
+                use_key = (turn_id, str(block.get("id") or ""))
+                self._summaries[use_key] = summarize(str(block.get("name")), block.get("input"))
+
+    def _log_end(
+        self,
+        record: Any,
+        data: dict[str, Any],
+        key: tuple[str | None, str],
+        summary: str | None,
+    ) -> None:
+        """The one line of a call that ended (completed, failed or invalid)."""
+        type_: str = record.type
         fields: dict[str, Any] = {
             "kind": "tool_call",
             "tool": data.get("tool_name"),

@@ -122,8 +122,23 @@ class Metrics:
     def __init__(self, live: LiveCounts | None = None) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        p = PREFIX
         counters = _Counters()
+        self._add_counters(counters)
+        r.register(counters)
+        self._add_histograms(r)
+        self._runtime_collector = _RuntimeCollector(self, live) if live is not None else None
+        if self._runtime_collector is not None:
+            r.register(self._runtime_collector)
+        self._turns: dict[str, _Turn] = {}
+        self.pending: dict[str, float] = {}  # confirmation request_id -> requested at
+        self._tools: set[str] = set()
+        # Histogram children by label values: labels() takes a lock and validates.
+        self._tool_hist: dict[tuple[str, str], Any] = {}
+        self._lag_at = 0.0  # monotonic time of the last lag observation
+
+    def _add_counters(self, counters: _Counters) -> None:
+        """The counter families, each under PREFIX, collected by ``counters``."""
+        p = PREFIX
         self.turns_started = counters.family(
             p + "turns_started", "Turns started, by source (message or tool_uses).", "source"
         )
@@ -171,7 +186,10 @@ class Metrics:
             p + "observer_gaps",
             "Times the observer resumed past pruned events (their metrics are missing).",
         )
-        r.register(counters)
+
+    def _add_histograms(self, r: CollectorRegistry) -> None:
+        """The histograms, each under PREFIX, in registry ``r``."""
+        p = PREFIX
 
         def histogram(name: str, help_: str, buckets: Sequence[float], *labels: str) -> Histogram:
             # Every histogram: named under PREFIX, in this registry.
@@ -207,15 +225,6 @@ class Metrics:
             f"the commit to the log); under load sampled, one event in {LAG_SAMPLE}.",
             LAG_BUCKETS,
         )
-        self._runtime_collector = _RuntimeCollector(self, live) if live is not None else None
-        if self._runtime_collector is not None:
-            r.register(self._runtime_collector)
-        self._turns: dict[str, _Turn] = {}
-        self.pending: dict[str, float] = {}  # confirmation request_id -> requested at
-        self._tools: set[str] = set()
-        # Histogram children by label values: labels() takes a lock and validates.
-        self._tool_hist: dict[tuple[str, str], Any] = {}
-        self._lag_at = 0.0  # monotonic time of the last lag observation
 
     # -- the hot path: every event ------------------------------------------------------
 
@@ -380,7 +389,6 @@ class _RuntimeCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         live = self.live
-        p = PREFIX
         yield _gauge(
             "confirmations_pending",
             "Confirmation requests waiting for an answer.",
@@ -396,6 +404,11 @@ class _RuntimeCollector(Collector):
             return
         # The services made the turn supervisor right after the bus.
         yield _gauge("turns_running", "Turns running now.", value=live.turns_running())
+        yield from self._bus_metrics(bus)
+
+    def _bus_metrics(self, bus: Bus) -> Iterator[Metric]:
+        """The bus's counters and queue, and the event log's size."""
+        p = PREFIX
         stats = bus.stats()
         for name, help_, value in (
             ("event_bus_published", "Events published since start.", stats.published),

@@ -145,56 +145,79 @@ class Services:
         if self._started:
             return
         self._started = True
-        cfg = self.config
         await self._start_sandbox()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._store = Store.open(self.data_dir / STATE_FILE)
         self.memory_store = MemoryStore.open(self.data_dir / MEMORY_FILE)
         self._log = await asyncio.to_thread(EventLog.open, self.data_dir / EVENTS_FILE)
-        queue = cfg.events.subscriber_queue
-        if cfg.cluster.redis_url is not None:
-            # Cluster mode: the event log is Redis (ClusterBus, a Bus as EventBus is).
-            from server.cluster import ClusterServices
-
-            self.cluster = ClusterServices(cfg.cluster, self._store)
-            cluster_bus = await self.cluster.start_bus(
-                max_queue=max(queue, 10_000), on_failure=self._bus_failed
-            )
-            self._bus = cluster_bus
-        else:
-            self._bus = EventBus(
-                self._log,
-                max_queue=queue,
-                max_queue_bytes=cfg.events.subscriber_queue_bytes,
-                fanout_chunk=min(256, queue),
-                on_failure=self._bus_failed,
-            )
-            await self._bus.start()
+        self._bus = await self._start_bus()
         await self.observer.start(self._bus)
         self._dispatcher = ToolDispatcher(
             # The tap tells the code index which files tool calls modified.
             FilesModifiedTap(self._bus),
             broker=ConfirmationBroker(),
-            cancel_grace=cfg.dispatcher.cancel_grace,
-            max_event_output_bytes=cfg.events.max_event_output_bytes,
+            cancel_grace=self.config.dispatcher.cancel_grace,
+            max_event_output_bytes=self.config.events.max_event_output_bytes,
         )
-        self.plugin_errors = register_tools(self._dispatcher, cfg)
-        message_runner = (
-            self._message_runner_factory(
-                RunnerParts(cfg, self._store, self.memory_store, self.budgets)
+        self.plugin_errors = register_tools(self._dispatcher, self.config)
+        await self._start_message_runner()
+        self._start_turns_and_sessions()
+        self.mcp = await start_mcp(
+            self.config.mcp_servers,
+            self._dispatcher,
+            sandbox_config=self.sandbox_config,
+            bus=self._bus,
+            session_ids=lambda: [record.id for record in self.store.list_sessions()],
+        )
+        if self.cluster is not None:
+            # Leases, lapse watcher, forwarding inbox.
+            await self.cluster.start(self.sessions, self.dispatcher.broker)
+        await self._recover_turns()
+        ev = self.config.events
+        if (ev.retention_events, ev.retention_bytes, ev.retention_age_s) != (None, None, None):
+            self._pruner = asyncio.create_task(self._prune_forever(ev.prune_interval))
+
+    async def _start_bus(self) -> Bus:
+        """The embedded bus on the event log, or in cluster mode the cluster's
+        bus on Redis (ClusterBus, a Bus as EventBus is)."""
+        cfg = self.config
+        queue = cfg.events.subscriber_queue
+        if cfg.cluster.redis_url is not None:
+            from server.cluster import ClusterServices
+
+            self.cluster = ClusterServices(cfg.cluster, self.store)
+            return await self.cluster.start_bus(
+                max_queue=max(queue, 10_000), on_failure=self._bus_failed
             )
-            if self._message_runner_factory
-            else None
+        assert self._log is not None
+        bus = EventBus(
+            self._log,
+            max_queue=queue,
+            max_queue_bytes=cfg.events.subscriber_queue_bytes,
+            fanout_chunk=min(256, queue),
+            on_failure=self._bus_failed,
         )
-        # The agent loop imports its provider SDK and builds its client here, off the loop.
-        self._message_runner = message_runner
-        if (start_runner := getattr(message_runner, "start", None)) is not None:
+        await bus.start()
+        return bus
+
+    async def _start_message_runner(self) -> None:
+        """Build the runner of ``{"message": ...}`` turns (None: they answer 501)
+        and start it: the agent loop imports its provider SDK and builds its
+        client here, off the event loop."""
+        factory = self._message_runner_factory
+        parts = RunnerParts(self.config, self.store, self.memory_store, self.budgets)
+        self._message_runner = factory(parts) if factory else None
+        if (start_runner := getattr(self._message_runner, "start", None)) is not None:
             await start_runner()
+
+    def _start_turns_and_sessions(self) -> None:
+        """The turn supervisor and the session registry, each handed the parts it uses."""
+        cfg, store, bus = self.config, self.store, self.bus
         dispatch_session_factory = DispatchSessionFactory(
             cfg,
             sandbox_config=self.sandbox_config,
             memory_store=self.memory_store,
-            publisher=self._bus,
+            publisher=bus,
             # dispatch_subagent's worker sessions (server/subagents.py).
             subagent_runner=SubagentService(
                 cfg,
@@ -203,42 +226,37 @@ class Services:
                 turns=lambda: self.turns,
                 budgets=self.budgets,
             ),
-            get_session=self._store.get_session,
+            get_session=store.get_session,
             # User tokens' sandboxes hide every other session's workspace.
             live_workspaces=self._live_workspaces,
         )
         # The supervisor reaches a session's DispatchSession through the
         # registry (which keeps them); the registry is made just below.
         self._turns = TurnSupervisor(
-            store=self._store,
-            dispatcher=self._dispatcher,
-            publisher=self._bus,
+            store=store,
+            dispatcher=self.dispatcher,
+            publisher=bus,
             dispatch_session=lambda record: self.sessions.dispatch_session(record),
-            message_runner=message_runner,
-            wait_durable=self._bus.durable,
+            message_runner=self._message_runner,
+            wait_durable=bus.durable,
             storage_fault=self.storage_fault,
         )
         self._sessions = SessionRegistry(
             config=cfg,
-            store=self._store,
-            dispatcher=self._dispatcher,
-            publisher=self._bus,
+            store=store,
+            dispatcher=self.dispatcher,
+            publisher=bus,
             turns=self._turns,
             dispatch_session_factory=dispatch_session_factory,
             sandbox_config=self.sandbox_config,
         )
-        self.mcp = await start_mcp(
-            cfg.mcp_servers,
-            self._dispatcher,
-            sandbox_config=self.sandbox_config,
-            bus=self._bus,
-            session_ids=lambda: [record.id for record in self.store.list_sessions()],
-        )
-        if self.cluster is not None:
-            # Leases, lapse watcher, forwarding inbox.
-            await self.cluster.start(self._sessions, self._dispatcher.broker)
+
+    async def _recover_turns(self) -> None:
+        """End the turns a crash left "running", with the end the log already
+        holds where it holds one (see "Crash ordering" in specs/server-api.md)."""
         log_file = self._log
-        recovered = await self._turns.recover(
+        assert log_file is not None
+        recovered = await self.turns.recover(
             lambda turn_ids: asyncio.to_thread(log_file.turn_ends, turn_ids)
         )
         if recovered:
@@ -247,9 +265,6 @@ class Services:
                 "end the event log already held)",
                 len(recovered),
             )
-        ev = cfg.events
-        if (ev.retention_events, ev.retention_bytes, ev.retention_age_s) != (None, None, None):
-            self._pruner = asyncio.create_task(self._prune_forever(ev.prune_interval))
 
     def mcp_endpoint_parts(self) -> EndpointParts:
         """What toolrelay's own MCP endpoint uses of the started services."""

@@ -109,25 +109,7 @@ class SessionRegistry:
         self.turns.check_storage()  # 503 while storage fails: its event could not be logged
         root = self._check_workspace(workspace, principal)
         if model is not None:
-            try:
-                provider, script = parse_model(model)
-            except AdapterMisconfigured as exc:
-                raise InvalidRequest(exc.message, field="model") from None
-            if provider == "scripted" and script:
-                real_script = self._check_script_place(script, root)
-                try:
-                    await asyncio.to_thread(load_script, real_script)
-                except AdapterMisconfigured as exc:
-                    raise InvalidRequest(exc.message, field="model") from None
-                # Stored resolved: each turn re-reads exactly this path, never
-                # following a link (see adapters/scripted_script.py).
-                model = f"scripted:{real_script}"
-            missing = _missing_provider_setting(provider)
-            if missing:
-                raise InvalidRequest(
-                    f"model {model!r} cannot be used: {missing} is not configured on the server",
-                    field="model",
-                )
+            model = await self._checked_model(model, root)
         overrides = dict(policy or {})
         effective = self._effective_policy(overrides)  # reject bad overrides before storing
         if overrides and not principal.is_admin:
@@ -158,6 +140,31 @@ class SessionRegistry:
             {"agent": record.agent, "profile": record.profile},
         )
         return record
+
+    async def _checked_model(self, model: str, root: str) -> str:
+        """``model`` as stored, or InvalidRequest: its provider must be
+        configured, and a scripted file must lie in the workspace and parse
+        (read in a worker thread)."""
+        try:
+            provider, script = parse_model(model)
+        except AdapterMisconfigured as exc:
+            raise InvalidRequest(exc.message, field="model") from None
+        if provider == "scripted" and script:
+            real_script = self._check_script_place(script, root)
+            try:
+                await asyncio.to_thread(load_script, real_script)
+            except AdapterMisconfigured as exc:
+                raise InvalidRequest(exc.message, field="model") from None
+            # Stored resolved: each turn re-reads exactly this path, never
+            # following a link (see adapters/scripted_script.py).
+            model = f"scripted:{real_script}"
+        missing = _missing_provider_setting(provider)
+        if missing:
+            raise InvalidRequest(
+                f"model {model!r} cannot be used: {missing} is not configured on the server",
+                field="model",
+            )
+        return model
 
     def _check_workspace(self, workspace: str, principal: Principal | None = None) -> str:
         """The workspace's real path, if it may be one: inside the roots of

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from eventbus.record import EventRecord
+from protocol.catalog import EventType
 from protocol.extras import require
 from server.event_handler import Load, event_time
 
@@ -115,19 +116,19 @@ class _Turn:
 class Tracing:
     """The event handler that turns a turn's events into spans."""
 
-    types = frozenset(
+    types: frozenset[str] = frozenset(
         {
-            "turn.started",
-            "turn.completed",
-            "turn.failed",
-            "turn.cancelled",
-            "message.completed",
-            "tool.called",
-            "tool.input_invalid",
-            "tool.confirmation_requested",
-            "tool.confirmation_resolved",
-            "tool.completed",
-            "tool.failed",
+            EventType.TURN_STARTED,
+            EventType.TURN_COMPLETED,
+            EventType.TURN_FAILED,
+            EventType.TURN_CANCELLED,
+            EventType.MESSAGE_COMPLETED,
+            EventType.TOOL_CALLED,
+            EventType.TOOL_INPUT_INVALID,
+            EventType.TOOL_CONFIRMATION_REQUESTED,
+            EventType.TOOL_CONFIRMATION_RESOLVED,
+            EventType.TOOL_COMPLETED,
+            EventType.TOOL_FAILED,
         }
     )
 
@@ -157,7 +158,7 @@ class Tracing:
 
     def handle(self, record: EventRecord, load: Load) -> None:
         type_ = record.type
-        if type_ == "turn.started":
+        if type_ == EventType.TURN_STARTED:
             self._turn_started(record, load(record))
             return
         turn = self._turns.get(record.turn_id or "")
@@ -165,7 +166,7 @@ class Tracing:
             return  # a turn that began before the observer: no parent to hang it on
         data = load(record)
         at = _ns(record.ts)
-        if type_ == "message.completed":
+        if type_ == EventType.MESSAGE_COMPLETED:
             self._message(turn, record, data, at)
         elif type_.startswith("tool."):
             self._tool(turn, record, data, at)
@@ -212,37 +213,37 @@ class Tracing:
         type_ = record.type
         tool_use_id = str(data.get("tool_use_id") or "")
         span = turn.tools.get(tool_use_id)
-        if span is None and type_ in ("tool.completed", "tool.failed"):
+        if span is None and type_ in (EventType.TOOL_COMPLETED, EventType.TOOL_FAILED):
             # Ended before it ran (denied, unknown tool...): a span of its duration.
             duration = data.get("duration_ms")
             ms = duration if isinstance(duration, int | float) else 0
             span = self._tool_span(turn, record, data, at - int(ms * 1_000_000))
         elif span is None:
             span = self._tool_span(turn, record, data, at)
-        if type_ == "tool.called":
+        if type_ == EventType.TOOL_CALLED:
             span.set_attribute("toolrelay.tool.side_effects", str(data.get("side_effects")))
             if data.get("rating") is not None:
                 span.set_attribute("toolrelay.tool.rating", str(data["rating"]))
-            span.add_event("tool.called", timestamp=at)
-        elif type_ == "tool.confirmation_requested":
+            span.add_event(EventType.TOOL_CALLED, timestamp=at)
+        elif type_ == EventType.TOOL_CONFIRMATION_REQUESTED:
             span.set_attribute("toolrelay.tool.side_effects", str(data.get("side_effects")))
             span.set_attribute("toolrelay.confirmation.request_id", str(data.get("request_id")))
             turn.asked[tool_use_id] = at / _NS
-            span.add_event("tool.confirmation_requested", timestamp=at)
-        elif type_ == "tool.confirmation_resolved":
+            span.add_event(EventType.TOOL_CONFIRMATION_REQUESTED, timestamp=at)
+        elif type_ == EventType.TOOL_CONFIRMATION_RESOLVED:
             span.set_attribute("toolrelay.confirmation.decision", str(data.get("decision")))
             span.set_attribute("toolrelay.confirmation.resolved_by", str(data.get("resolved_by")))
             asked = turn.asked.pop(tool_use_id, None)
             if asked is not None:
                 wait_ms = max(0.0, at / _NS - asked) * 1000.0
                 span.set_attribute("toolrelay.confirmation.wait_ms", round(wait_ms, 3))
-            span.add_event("tool.confirmation_resolved", timestamp=at)
-        elif type_ == "tool.completed":
+            span.add_event(EventType.TOOL_CONFIRMATION_RESOLVED, timestamp=at)
+        elif type_ == EventType.TOOL_COMPLETED:
             self._end_tool(turn, tool_use_id, span, data, None, None, at)
-        elif type_ == "tool.failed":
+        elif type_ == EventType.TOOL_FAILED:
             error_class = str(data.get("error_class"))
             self._end_tool(turn, tool_use_id, span, data, error_class, data.get("message"), at)
-        elif type_ == "tool.input_invalid":
+        elif type_ == EventType.TOOL_INPUT_INVALID:
             self._end_tool(turn, tool_use_id, span, data, "validation_error", None, at)
 
     def _tool_span(self, turn: _Turn, record: EventRecord, data: dict[str, Any], at: int) -> Span:

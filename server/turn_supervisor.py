@@ -136,17 +136,7 @@ class TurnSupervisor:
         if self._closing:
             raise Conflict("the server is shutting down", code="shutting_down")
         self.check_storage()
-        runner: TurnRunner
-        kind: TurnKind
-        if "tool_uses" in request:
-            runner, kind = self.tool_uses_runner, "tool_uses"
-        else:
-            if self.message_runner is None:
-                raise NotImplementedYet(
-                    'turns with {"message": ...} need the agent loop, which this server '
-                    'does not provide yet; send {"tool_uses": [...]} to play the model yourself'
-                )
-            runner, kind = self.message_runner, "message"
+        runner, kind = self._runner_for(request)
         running = self._active.get(record.id)
         if running is not None:
             raise Conflict(
@@ -196,6 +186,17 @@ class TurnSupervisor:
         turn.start(started)
         turn.task = asyncio.create_task(self._drive(turn, context, runner), name=f"turn-{turn_id}")
         return turn_record
+
+    def _runner_for(self, request: dict[str, Any]) -> tuple[TurnRunner, TurnKind]:
+        """The runner of the request's kind of turn (501 without the agent loop)."""
+        if "tool_uses" in request:
+            return self.tool_uses_runner, "tool_uses"
+        if self.message_runner is None:
+            raise NotImplementedYet(
+                'turns with {"message": ...} need the agent loop, which this server '
+                'does not provide yet; send {"tool_uses": [...]} to play the model yourself'
+            )
+        return self.message_runner, "message"
 
     def _append(self, session_id: str, turn_id: str, message: Message) -> MessageRecord:
         return self.store.append_message(
@@ -298,7 +299,8 @@ class TurnSupervisor:
         completed and the results stored first, then the terminal event is
         published and awaited until durable, and only then does the store say
         how the turn ended. A crash in between leaves the store saying
-        ``running``, which recovery reconciles with the log."""
+        ``running``, which recovery reconciles with the log. One piece: that
+        order is the point, and split up it would no longer read top to bottom."""
         results = [r.model_dump(mode="json") for r in outcome.results] if outcome else None
         usage = outcome.usage if outcome and outcome.usage is not None else ctx.usage
         plan = self._end_dispatch(ctx)
@@ -312,19 +314,7 @@ class TurnSupervisor:
             results=len(results or []),
             plan=plan,
         )
-        hook_cut_short = False
-        if end.status is TurnStatus.FAILED and end.reason not in _NO_ON_ERROR and not self._closing:
-            try:
-                await run_hooks(
-                    ctx.dispatch_session,
-                    HookEvent.ON_ERROR,
-                    turn_id=ctx.turn_id,
-                    extra={"reason": str(end.reason), "message": end.message},
-                )
-            except asyncio.CancelledError:
-                # A shutdown cancelled the task during the hook: the end is
-                # still recorded below, then the cancellation goes on.
-                hook_cut_short = True
+        hook_cut_short = await self._on_error_hooks(ctx, end)
         # After the last hook of the turn (on_error): its dry-run ends here.
         ctx.dispatch_session.dry_run_turns.discard(ctx.turn_id)
         try:
@@ -358,6 +348,23 @@ class TurnSupervisor:
             log.warning("turn %s ended %s but not durably: %s", ctx.turn_id, end.status, exc)
         if hook_cut_short:
             raise asyncio.CancelledError
+
+    async def _on_error_hooks(self, ctx: TurnContext, end: TurnEnd) -> bool:
+        """Run the ``on_error`` hooks of a failed turn (not while closing, and
+        not for the reasons in _NO_ON_ERROR). True if a shutdown cancelled the
+        task during them: the caller records the end first, then re-raises."""
+        if end.status is not TurnStatus.FAILED or end.reason in _NO_ON_ERROR or self._closing:
+            return False
+        try:
+            await run_hooks(
+                ctx.dispatch_session,
+                HookEvent.ON_ERROR,
+                turn_id=ctx.turn_id,
+                extra={"reason": str(end.reason), "message": end.message},
+            )
+        except asyncio.CancelledError:
+            return True
+        return False
 
     def _end_dispatch(self, ctx: TurnContext) -> list[dict[str, Any]] | None:
         """Tell the dispatcher the turn ended (its per-turn counters go) and

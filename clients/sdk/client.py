@@ -57,6 +57,7 @@ from clients.sdk.models import (
     Turn,
 )
 from clients.sdk.stream import EventStream, StateCallback
+from protocol.catalog import EventType
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -395,12 +396,13 @@ class ToolrelayClient:
     async def _with_failure(self, session_id: str, turn: Turn, seen: list[AnyEvent]) -> Turn:
         """``turn`` with its failure message and details from its ``turn.failed``
         event: the one already seen, else found by replaying the session's log."""
-        event = next((e for e in seen if e.type == "turn.failed"), None)
+        event = next((e for e in seen if e.type == EventType.TURN_FAILED), None)
         if event is None:
             try:
                 async with self.events(session_id, after=0) as replay:
                     event = await replay.next_matching(
-                        lambda e: e.turn_id == turn.id and e.type == "turn.failed", within=10.0
+                        lambda e: e.turn_id == turn.id and e.type == EventType.TURN_FAILED,
+                        within=10.0,
                     )
             except ToolrelayError:
                 event = None

@@ -36,7 +36,9 @@ from protocol.validation_errors import describe_errors
 
 log = logging.getLogger("toolrelay.sdk")
 
-TERMINAL_TURN_EVENTS = frozenset({"turn.completed", "turn.failed", "turn.cancelled"})
+TERMINAL_TURN_EVENTS = frozenset(
+    {EventType.TURN_COMPLETED, EventType.TURN_FAILED, EventType.TURN_CANCELLED}
+)
 
 # The payload models under the names this SDK used before it shared them.
 Payload = payloads.Payload

@@ -42,6 +42,7 @@ from clients.sdk.errors import (
     WaitTimeout,
 )
 from clients.sdk.events import AnyEvent, parse_event
+from protocol.catalog import EventType
 
 # Close codes of the event streams (specs/streaming-protocol.md). Codes not
 # listed here (1001, 1011, 1012, 4429 "too slow", a dropped network) mean
@@ -209,7 +210,7 @@ class EventStream:
                 continue
             # A connection that delivers refills the reconnect budget.
             self._delays = None
-            if self.session_id is not None and event.type == "session.deleted":
+            if self.session_id is not None and event.type == EventType.SESSION_DELETED:
                 self._ended = True
             return event
 
@@ -350,7 +351,7 @@ class EventStream:
         if last is not None and event.session_seq != last + 1:
             self._gap(last + 1, event.session_seq, "session_seq", event.session_id)
         self._session_seqs[event.session_id] = event.session_seq
-        if event.type == "session.deleted":
+        if event.type == EventType.SESSION_DELETED:
             self._session_seqs.pop(event.session_id, None)
         self._cursor = event.seq
         return True

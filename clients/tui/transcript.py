@@ -44,13 +44,16 @@ from clients.sdk.events import (
     TurnFailed,
     TurnStarted,
 )
+from protocol.catalog import EventType
 
 # Streamed output kept per tool call; older text is dropped (the server keeps it all).
 MAX_OUTPUT_CHARS = 20_000
 # Lines of a quality gate's output kept under its note.
 GATE_OUTPUT_LINES = 20
 # Presence and creation say nothing about the work; the status line covers them.
-QUIET_TYPES = frozenset({"client.attached", "client.detached", "session.created"})
+QUIET_TYPES = frozenset(
+    {EventType.CLIENT_ATTACHED, EventType.CLIENT_DETACHED, EventType.SESSION_CREATED}
+)
 SUBAGENT_TOOL = "dispatch_subagent"
 
 
@@ -336,7 +339,7 @@ class Transcript:
         """Events read by type name and data keys (typed by the SDK or not)."""
         data, kind = event.data, event.type
         tool_use_id = _str(field_of(data, "tool_use_id"))
-        if kind == "tool.planned":
+        if kind == EventType.TOOL_PLANNED:
             call = self._tool(tool_use_id, _str(field_of(data, "tool_name")) or "?")
             call.status = "planned"
             call.summary = _without_name(_str(field_of(data, "summary")), call.name) or call.summary
@@ -344,13 +347,13 @@ class Transcript:
             if isinstance(tool_input, Mapping):
                 call.input = dict(tool_input)
             return [call.key]
-        if kind == "hook.completed":
+        if kind == EventType.HOOK_COMPLETED:
             text, level = hook_text(data)
             return self._about_call(tool_use_id, text, level)
-        if kind == "guardrail.warning":
+        if kind == EventType.GUARDRAIL_WARNING:
             rule, message = _str(field_of(data, "rule")), _str(field_of(data, "message"))
             return self._about_call(tool_use_id, f"guardrail {rule}: {message}", "warn")
-        if kind == "quality_gate.completed":
+        if kind == EventType.QUALITY_GATE_COMPLETED:
             passed = field_of(data, "passed") is True
             name, exit_code = _str(field_of(data, "name")), field_of(data, "exit_code")
             text = f"quality gate {name} {'passed' if passed else 'failed'}"
@@ -361,7 +364,7 @@ class Transcript:
             output = _str(field_of(data, "output")).rstrip("\n").splitlines()
             detail = output if passed is False else []
             return [self._note(text, level, detail[-GATE_OUTPUT_LINES:])]
-        if kind == "model.retry":
+        if kind == EventType.MODEL_RETRY:
             attempt, delay = field_of(data, "attempt"), field_of(data, "delay_s")
             reason = _str(field_of(data, "error_kind")) or _str(field_of(data, "reason"))
             text = f"model call failed ({reason or 'retryable error'}), retry {attempt}"
@@ -373,7 +376,7 @@ class Transcript:
             if message:
                 text += f": {message}"
             return [self._note(text, "warn")]
-        if kind == "tools.changed":
+        if kind == EventType.TOOLS_CHANGED:
             added = field_of(data, "added") or []
             removed = field_of(data, "removed") or []
             names = [f"+{n}" for n in added] + [f"-{n}" for n in removed]

@@ -17,6 +17,8 @@ if TYPE_CHECKING:  # the optional 'code' extra (languages.py)
     import tree_sitter
 
 MAX_SIGNATURE = 200
+# What a grammar's query captured: capture name -> nodes.
+Captures = dict[str, list["tree_sitter.Node"]]
 
 # Node types that hold methods (their functions become methods, named
 # ``Container.name`` in ``qualified``).
@@ -199,6 +201,17 @@ def extract(language: str, source: bytes) -> FileFacts:
     root = tree.root_node
     facts = FileFacts(language, error=root.has_error)
     captures = grammar(language).cursor().captures(root)
+    def_names = _definitions(language, source, captures, facts)
+    facts.symbols.sort(key=lambda s: (s.line, s.column))
+    facts.references = _references(captures, def_names)
+    _imports(captures, facts)
+    facts.imports.sort(key=lambda i: i.line)
+    return facts
+
+
+def _definitions(language: str, source: bytes, captures: Captures, facts: FileFacts) -> set[int]:
+    """Add the file's definitions to ``facts.symbols`` (and a Rust ``mod x;``
+    to its imports); the start bytes of their names, which are no references."""
     def_names: set[int] = set()
     for capture, nodes in captures.items():
         if not capture.startswith("def."):
@@ -244,7 +257,11 @@ def extract(language: str, source: bytes) -> FileFacts:
                     container=container,
                 )
             )
-    facts.symbols.sort(key=lambda s: (s.line, s.column))
+    return def_names
+
+
+def _references(captures: Captures, def_names: set[int]) -> dict[str, tuple[int, ...]]:
+    """Name -> the lines that use it (a definition's own name excluded)."""
     refs: dict[str, set[int]] = {}
     for node in captures.get("ref", ()):
         if node.start_byte in def_names:
@@ -254,7 +271,11 @@ def extract(language: str, source: bytes) -> FileFacts:
         # Go's ``package main`` names the package, it does not use ``main``.
         if node.parent is None or node.parent.type != "package_clause":
             refs.setdefault(_text(node), set()).add(node.start_point[0] + 1)
-    facts.references = {name: tuple(sorted(lines)) for name, lines in refs.items()}
+    return {name: tuple(sorted(lines)) for name, lines in refs.items()}
+
+
+def _imports(captures: Captures, facts: FileFacts) -> None:
+    """Add the file's imports, of every language's shape, to ``facts.imports``."""
     for node in captures.get("import", ()):
         facts.imports.append(Import(_unquote(_text(node)), node.start_point[0] + 1))
     for node in captures.get("import.py", ()):
@@ -263,5 +284,3 @@ def extract(language: str, source: bytes) -> FileFacts:
         facts.imports.append(Import(_text(node), node.start_point[0] + 1, kind="use"))
     for node in captures.get("import.java", ()):
         facts.imports.extend(_java_import(node))
-    facts.imports.sort(key=lambda i: i.line)
-    return facts

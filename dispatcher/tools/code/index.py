@@ -31,19 +31,19 @@ from __future__ import annotations
 
 import contextlib
 import os
-import posixpath
 import stat
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from dispatcher.errors import ToolError
 from dispatcher.publisher import EventPublisher
-from dispatcher.tools.code.extract import FileFacts, Import, Symbol, extract
+from dispatcher.tools.code.extract import FileFacts, Symbol, extract
 from dispatcher.tools.code.languages import language_for
+from dispatcher.tools.code.resolve import ImportResolver
 from dispatcher.tools.search.candidates import (
     Candidate,
     open_candidates,
@@ -51,7 +51,7 @@ from dispatcher.tools.search.candidates import (
 )
 from dispatcher.tools.search.walk import Entry, Walk
 from dispatcher.workspace import WorkspaceFileAPI
-from protocol.payloads import Payload, ToolCompleted
+from protocol.payloads import Payload
 
 MAX_FILE_BYTES = 1024 * 1024  # larger files are generated or vendored: not parsed
 MAX_FILES = 100_000
@@ -226,28 +226,9 @@ class CodeIndex:
         return stats
 
     def _scan(self, on_progress: Callable[[int, int], None] | None) -> RefreshStats:
+        """A full check: walk the workspace, re-read what changed, drop what went."""
         ws = self._workspace()
-        walk = _StatWalk(ws, ".", recursive=True, respect_gitignore=True, sizes=True)
-        sources: list[tuple[Candidate, int | None]] = []
-        go_mods: list[Candidate] = []
-        skipped: dict[str, str] = {}
-        with walk:
-            for entry in walk:
-                if entry.is_dir or entry.target_is_dir:
-                    continue
-                cand = Candidate(entry.rel, entry.size, entry.is_symlink)
-                if cand.name == "go.mod":
-                    go_mods.append(cand)
-                if language_for(entry.rel) is None:
-                    continue
-                if entry.size > self.max_file_bytes:
-                    skipped[entry.rel] = f"larger than {self.max_file_bytes} bytes"
-                    continue
-                if len(sources) >= MAX_FILES:
-                    self.truncated = True
-                    break
-                sources.append((cand, walk.mtimes.pop(entry.rel, None)))
-        self.skipped = skipped
+        sources, go_mods = self._walk_sources(ws)
         self._read_go_modules(ws, go_mods)
         stats = RefreshStats(checked=len(sources))
         seen = {cand.rel for cand, _ in sources}
@@ -292,6 +273,34 @@ class CodeIndex:
             self._remove(rel)
             stats.removed.append(rel)
         return stats
+
+    def _walk_sources(
+        self, ws: WorkspaceFileAPI
+    ) -> tuple[list[tuple[Candidate, int | None]], list[Candidate]]:
+        """The source files to index with their mtime from the walk (None for a
+        link), and the go.mod files; notes what is skipped or truncated."""
+        walk = _StatWalk(ws, ".", recursive=True, respect_gitignore=True, sizes=True)
+        sources: list[tuple[Candidate, int | None]] = []
+        go_mods: list[Candidate] = []
+        skipped: dict[str, str] = {}
+        with walk:
+            for entry in walk:
+                if entry.is_dir or entry.target_is_dir:
+                    continue
+                cand = Candidate(entry.rel, entry.size, entry.is_symlink)
+                if cand.name == "go.mod":
+                    go_mods.append(cand)
+                if language_for(entry.rel) is None:
+                    continue
+                if entry.size > self.max_file_bytes:
+                    skipped[entry.rel] = f"larger than {self.max_file_bytes} bytes"
+                    continue
+                if len(sources) >= MAX_FILES:
+                    self.truncated = True
+                    break
+                sources.append((cand, walk.mtimes.pop(entry.rel, None)))
+        self.skipped = skipped
+        return sources, go_mods
 
     def _read_go_modules(self, ws: WorkspaceFileAPI, mods: list[Candidate]) -> None:
         """Each go.mod's module path (its ``module`` line), by folder: Go
@@ -384,7 +393,7 @@ class CodeIndex:
         with self._lock:
             files = {rel: entry.facts for rel, entry in self._files.items()}
             go_modules = dict(self.go_modules)
-        resolver = _Resolver(files.keys(), go_modules)
+        resolver = ImportResolver(files.keys(), go_modules)
         edges: list[dict[str, Any]] = []
         for rel in sorted(files):
             facts = files[rel]
@@ -420,169 +429,6 @@ class _StatWalk(Walk):
 
 def _below(rel: str, under: str) -> bool:
     return under in (".", "") or rel == under or rel.startswith(under.rstrip("/") + "/")
-
-
-class _Resolver:
-    """Maps an import to a workspace path, per language (best effort: what a
-    build tool would find by convention, without reading its configuration)."""
-
-    def __init__(self, files: Iterable[str], go_modules: dict[str, str]) -> None:
-        self.files = set(files)
-        self.go_modules = go_modules
-        self.dirs: set[str] = {posixpath.dirname(f) for f in self.files}
-        # python: dotted module suffix -> files ("a/b/c.py" is "a.b.c", "b.c", "c")
-        self.py: dict[str, list[str]] = {}
-        for rel in sorted(self.files):
-            if not rel.endswith((".py", ".pyi")):
-                continue
-            parts = rel.rsplit(".", 1)[0].split("/")
-            if parts[-1] == "__init__":
-                parts = parts[:-1]
-            for i in range(len(parts)):
-                self.py.setdefault(".".join(parts[i:]), []).append(rel)
-
-    def resolve(self, rel: str, language: str, imp: Import) -> str | None:
-        if language == "python":
-            return self._python(rel, imp)
-        if language in ("javascript", "typescript", "tsx"):
-            return self._js(rel, imp.module)
-        if language == "go":
-            return self._go(imp.module)
-        if language == "rust":
-            return self._rust(rel, imp)
-        if language == "java":
-            return self._java(imp.module)
-        return None
-
-    def _python(self, rel: str, imp: Import) -> str | None:
-        module = imp.module
-        if module.startswith("."):
-            dots = len(module) - len(module.lstrip("."))
-            base = posixpath.dirname(rel)
-            for _ in range(dots - 1):
-                base = posixpath.dirname(base)
-            tail = module[dots:]
-            stem = posixpath.join(base, *tail.split(".")) if tail else base
-            for name in imp.names:
-                if found := self._py_path(posixpath.join(stem, name)):
-                    return found
-            return self._py_path(stem)
-        for name in imp.names:
-            if found := self._py_module(f"{module}.{name}", rel):
-                return found
-        return self._py_module(module, rel)
-
-    def _py_path(self, stem: str) -> str | None:
-        stem = posixpath.normpath(stem)
-        for candidate in (f"{stem}.py", f"{stem}/__init__.py", f"{stem}.pyi"):
-            if candidate in self.files:
-                return candidate
-        return None
-
-    def _py_module(self, module: str, rel: str) -> str | None:
-        found = self.py.get(module)
-        if not found:
-            return None
-        # Several files end in the same dotted suffix: prefer the one whose
-        # full module path is shortest (the most likely import root), then
-        # the one nearest the importer.
-        return min(found, key=lambda f: (f.count("/"), _distance(f, rel)))
-
-    def _js(self, rel: str, spec: str) -> str | None:
-        if not spec.startswith("."):
-            return None  # a package from node_modules: external
-        stem = posixpath.normpath(posixpath.join(posixpath.dirname(rel), spec))
-        exts = (".ts", ".tsx", ".js", ".jsx", ".mjs", ".cjs", ".mts", ".cts")
-        candidates = [stem, *(stem + e for e in exts), *(f"{stem}/index{e}" for e in exts)]
-        # "./x.js" in TypeScript sources names x.ts (the compiled output's name).
-        base, dot, ext = stem.rpartition(".")
-        if dot and ext in ("js", "jsx", "mjs", "cjs"):
-            candidates += [base + ".ts", base + ".tsx"]
-        return next((c for c in candidates if c in self.files), None)
-
-    def _go(self, path: str) -> str | None:
-        # An import path names a package folder: the module path of a go.mod
-        # plus the folder below it; without a matching go.mod, the longest
-        # folder the path ends with.
-        for folder, module in sorted(self.go_modules.items()):
-            if path == module or path.startswith(module + "/"):
-                rest = path[len(module) + 1 :]
-                target = posixpath.normpath(posixpath.join(folder, rest)) if rest else folder
-                if target in self.dirs:
-                    return target
-        best: str | None = None
-        for folder in self.dirs:
-            matches = folder and (path == folder or path.endswith("/" + folder))
-            if matches and (best is None or len(folder) > len(best)):
-                best = folder
-        return best
-
-    def _rust(self, rel: str, imp: Import) -> str | None:
-        here = posixpath.dirname(rel)
-        if imp.kind == "mod":
-            stem = posixpath.basename(rel).rsplit(".", 1)[0]
-            base = here if stem in ("mod", "lib", "main") else posixpath.join(here, stem)
-            for c in (f"{base}/{imp.module}.rs", f"{base}/{imp.module}/mod.rs"):
-                if posixpath.normpath(c) in self.files:
-                    return posixpath.normpath(c)
-            return None
-        path = imp.module.split("{", 1)[0].strip(":")
-        parts = [p for p in path.split("::") if p]
-        if not parts:
-            return None
-        if parts[0] == "crate":
-            base = _crate_root(rel)
-            parts = parts[1:]
-        elif parts[0] == "super":
-            base = posixpath.dirname(here) if here else here
-            parts = parts[1:]
-        elif parts[0] == "self":
-            base = here
-            parts = parts[1:]
-        else:
-            return None  # another crate
-        while parts:
-            stem = posixpath.join(base, *parts)
-            for c in (f"{stem}.rs", f"{stem}/mod.rs"):
-                if posixpath.normpath(c) in self.files:
-                    return posixpath.normpath(c)
-            parts = parts[:-1]
-        return None
-
-    def _java(self, name: str) -> str | None:
-        parts = name.removesuffix(".*").split(".")
-        if name.endswith(".*"):
-            folder = "/".join(parts)
-            return next(
-                (d for d in sorted(self.dirs) if d == folder or d.endswith("/" + folder)), None
-            )
-        while len(parts) > 1:
-            suffix = "/".join(parts) + ".java"
-            for f in sorted(self.files):
-                if f == suffix or f.endswith("/" + suffix):
-                    return f
-            parts = parts[:-1]  # a static import names a member of the class
-        return None
-
-
-def _crate_root(rel: str) -> str:
-    """The folder of the crate root a Rust file belongs to: the nearest
-    ``src`` folder above it, else its own folder."""
-    parts = rel.split("/")[:-1]
-    for i in range(len(parts), 0, -1):
-        if parts[i - 1] == "src":
-            return "/".join(parts[:i])
-    return "/".join(parts)
-
-
-def _distance(a: str, b: str) -> int:
-    pa, pb = a.split("/")[:-1], b.split("/")[:-1]
-    common = 0
-    for x, y in zip(pa, pb, strict=False):
-        if x != y:
-            break
-        common += 1
-    return len(pa) + len(pb) - 2 * common
 
 
 _registry: OrderedDict[str, CodeIndex] = OrderedDict()
@@ -636,10 +482,17 @@ class FilesModifiedTap:
         self._inner = inner
 
     def emit(self, payload: Payload, *, session_id: str, turn_id: str | None = None) -> None:
-        if isinstance(payload, ToolCompleted) and payload.files_modified:
-            note_modified(session_id, payload.files_modified)
         self._inner.emit(payload, session_id=session_id, turn_id=turn_id)
 
+    def publish(
+        self, type: str, data: Mapping[str, Any], *, session_id: str, turn_id: str | None = None
+    ) -> None:
+        # ``tool.completed`` comes only this way (dispatcher.call publishes it).
+        if type == "tool.completed":
+            files = data.get("files_modified")
+            if files:
+                note_modified(session_id, files)
+        self._inner.publish(type, data, session_id=session_id, turn_id=turn_id)
 
 
 def forget(root: str) -> None:

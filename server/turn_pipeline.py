@@ -22,7 +22,7 @@ from typing import Any
 
 from dispatcher import DispatchSession
 from dispatcher.pipeline.gates import GateConsent, GateResult, run_quality_gates
-from dispatcher.pipeline.hooks import HookContext, HookEvent, HookResult
+from dispatcher.pipeline.hooks import HookEvent, HookResult
 from dispatcher.publisher import EventPublisher
 from protocol.canonical import (
     ImageBlock,
@@ -56,19 +56,19 @@ async def run_hooks(
     these events a hook informs (only ``pre_llm_call`` may block, and the
     caller decides what a block means)."""
     runner = session.hooks
-    if runner is None or not runner.has_hooks(event):
+    if runner is None:
         return []
-    if session.dry_run or (turn_id is not None and turn_id in session.dry_run_turns):
-        # A dry-run changes nothing, its lifecycle hooks included.
-        runner = runner.read_only_view()
-    context = HookContext(
-        session_id=session.session_id,
-        workspace=session.workspace.workspace_root,
-        extra=dict(extra or {}),
-        turn_id=turn_id,
-    )
     try:
-        results = await runner.run(event, context, sandbox=session.sandbox)
+        results = await runner.run_lifecycle(
+            event,
+            session_id=session.session_id,
+            workspace=session.workspace.workspace_root,
+            sandbox=session.sandbox,
+            # A dry-run changes nothing, its lifecycle hooks included.
+            read_only=session.dry_run or (turn_id is not None and turn_id in session.dry_run_turns),
+            turn_id=turn_id,
+            extra=extra,
+        )
     except Exception:
         log.exception("%s hooks of session %s failed to run", event.value, session.session_id)
         return []

@@ -237,6 +237,29 @@ class HookRunner:
         view._read_only = True
         return view
 
+    async def run_lifecycle(
+        self,
+        event: HookEvent,
+        *,
+        session_id: str,
+        workspace: str,
+        sandbox: Sandbox | None,
+        read_only: bool = False,
+        turn_id: str | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> list[HookResult]:
+        """The server's way to hooks outside a tool call (``session_start``,
+        ``pre_llm_call``, ``on_error``, ...): run a session's hooks of
+        ``event`` (none configured: nothing runs), as the read-only view for
+        a dry-run. The server needs nothing else of the runner."""
+        if not self.has_hooks(event):
+            return []
+        runner = self.read_only_view() if read_only else self
+        context = HookContext(
+            session_id=session_id, workspace=workspace, extra=dict(extra or {}), turn_id=turn_id
+        )
+        return await runner.run(event, context, sandbox=sandbox)
+
     def matching(self, event: HookEvent, context: HookContext) -> list[HookConfig]:
         """The hooks of ``event`` whose matcher and file patterns fit ``context``.
         A matcher needs a tool name, file patterns need a file."""

@@ -37,9 +37,9 @@ awaiting_confirmation →  ``tool.confirmation_resolved`` first (when an answer
 =======================  ==================================================
 
 While running, output chunks go out as ``tool.output_delta`` (``emit_output``).
-Hook runs publish their own ``hook.completed`` (pipeline/hooks.py). Every
-event is a typed payload (protocol.payloads) handed to the publisher's
-``emit``.
+Hook runs publish their own ``hook.completed`` (pipeline/hooks.py). Events
+are typed payloads (protocol.payloads) handed to the publisher's ``emit``,
+except the hot ones dispatcher/call_events.py explains (``Checked``).
 """
 
 from __future__ import annotations
@@ -52,16 +52,18 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel
+
 from dispatcher import call_events
-from dispatcher.call_events import request_event, resolution_event
+from dispatcher.call_events import Checked, Event, request_event, resolution_event
 from dispatcher.elapsed import elapsed_ms
 from dispatcher.errors import ToolError, ToolValidationFailed
 from dispatcher.pipeline.dry_run import PlannedAction, recorded_message
 from dispatcher.pipeline.guardrails import GuardrailWarning
 from dispatcher.publisher import EventPublisher
 from dispatcher.tool import CallRating, Tool, ToolContext, ToolEffects, ToolOutput
-from protocol.canonical import TextBlock, ToolResultBlock, ToolUseBlock
-from protocol.payloads import InputError, Payload
+from protocol.canonical import ImageBlock, TextBlock, ToolResultBlock, ToolUseBlock
+from protocol.payloads import InputError
 
 if TYPE_CHECKING:
     from dispatcher.confirmations import ConfirmationRequest, Resolution
@@ -125,7 +127,7 @@ TERMINAL = frozenset(state for state, moves in ALLOWED.items() if not moves)
 # The events a move publishes, beside the moves themselves: by the state the
 # call enters, and (first) by the state it leaves. A state in neither table
 # is a silent move (validated, pre_hooked, queued, output_validated, ...).
-EventsOf = Callable[["ToolCall"], Iterable[Payload]]
+EventsOf = Callable[["ToolCall"], Iterable[Event]]
 ENTERING: dict[CallState, EventsOf] = {
     CallState.GUARDED: call_events.warnings,
     CallState.AWAITING_CONFIRMATION: call_events.requested,
@@ -194,7 +196,11 @@ class Running:
 
     tool: Tool
     context: ToolContext
+    # None until the tool first suspends (dispatcher/lazy_timeout.py).
     timeout_scope: asyncio.Timeout | None = None
+
+    def arm(self, scope: asyncio.Timeout) -> None:
+        self.timeout_scope = scope
 
 
 @dataclass(slots=True)
@@ -264,11 +270,13 @@ class ToolCall:
         self._state = new
         if new is CallState.RUNNING:
             self.timing.started = time.perf_counter()
-        for table, state in ((LEAVING, old), (ENTERING, new)):
-            events_of = table.get(state)
-            if events_of is not None:
-                for payload in events_of(self):
-                    self.publisher.emit(payload, session_id=self.session_id, turn_id=self.turn_id)
+        leaving, entering = LEAVING.get(old), ENTERING.get(new)
+        if leaving is not None:
+            for event in leaving(self):
+                self._publish(event)
+        if entering is not None:
+            for event in entering(self):
+                self._publish(event)
 
     @property
     def done(self) -> bool:
@@ -361,9 +369,8 @@ class ToolCall:
             note = TextBlock(text="\n\n" + "\n".join(texts))
             output = dataclasses.replace(output, content=[*output.content, note])
         self.outcome.output = output
-        result = ToolResultBlock(
-            tool_use_id=self.tool_use.id, content=output.content, is_error=not output.success
-        )
+        # The content was checked (a list of text and image blocks).
+        result = checked_result_block(self.tool_use.id, output.content, not output.success)
         return self._end(result, CallState.COMPLETED if output.success else CallState.FAILED)
 
     def fail(self, err: ToolError) -> ToolResultBlock:
@@ -399,8 +406,46 @@ class ToolCall:
 
     def emit_output(self, stream: str, text: str) -> None:
         """A chunk of output while the tool runs, as ``tool.output_delta``."""
-        payload = call_events.output_delta(self, stream, text)
-        self.publisher.emit(payload, session_id=self.session_id, turn_id=self.turn_id)
+        self._publish(call_events.output_delta(self, stream, text))
+
+    def _publish(self, event: Event) -> None:
+        if isinstance(event, Checked):
+            self.publisher.publish(
+                event.type, event.data, session_id=self.session_id, turn_id=self.turn_id
+            )
+        else:
+            self.publisher.emit(event, session_id=self.session_id, turn_id=self.turn_id)
+
+
+# A ToolResultBlock built as pydantic's ``model_construct`` builds it (the
+# four slots of a v2 model, each set through its own descriptor), without its
+# per-field loop or a validation of parts already checked.
+# benchmarks/dispatch_overhead.py shows the validated constructor as one of
+# the largest shares of a no-op call (benchmarks/README.md, "Dispatcher
+# stages"); tests/dispatcher/test_call_events.py keeps the two equal.
+_new = object.__new__
+_set_dict = BaseModel.__dict__["__dict__"].__set__
+_set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
+_set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
+_set_private = BaseModel.__dict__["__pydantic_private__"].__set__
+
+
+def checked_result_block(
+    tool_use_id: str, content: list[TextBlock | ImageBlock], is_error: bool
+) -> ToolResultBlock:
+    """A result block from checked parts, not validated again (see above)."""
+    block = _new(ToolResultBlock)
+    fields = {
+        "type": "tool_result",
+        "tool_use_id": tool_use_id,
+        "content": content,
+        "is_error": is_error,
+    }
+    _set_dict(block, fields)
+    _set_fields_set(block, {"tool_use_id", "content", "is_error"})
+    _set_extra(block, None)  # extra="forbid": no extras
+    _set_private(block, None)
+    return block
 
 
 def _error_result(tool_use_id: str, text: str) -> ToolResultBlock:

@@ -79,10 +79,9 @@ class Confirmation:
         self.broker = broker
 
     async def confirm(self, v: ValidatedCall, mode: ConfirmMode) -> None:
-        """Return when the call may run; raise ToolUserDenied,
-        ConfirmationTimeout or ToolCancelled when it may not."""
-        if mode is ConfirmMode.AUTO:
-            return
+        """For a call whose mode asks (not AUTO): return when it may run;
+        raise ToolUserDenied, ConfirmationTimeout or ToolCancelled when it
+        may not."""
         session, entry, call = v.session, v.entry, v.call
         scope = grant_scope(v)
         answers = [session.remembered.get((entry.name, key)) for key, _ in scope.parts]

@@ -40,7 +40,7 @@ from dispatcher.errors import (
 )
 from dispatcher.event_output import DEFAULT_MAX_EVENT_OUTPUT_BYTES
 from dispatcher.execution import DEFAULT_CANCEL_GRACE, Execution
-from dispatcher.policy import denies_outright
+from dispatcher.policy import ConfirmMode, denies_outright
 from dispatcher.publisher import EventPublisher, NullPublisher
 from dispatcher.registry import RegisteredTool, ToolRegistry
 from dispatcher.session import DispatchSession
@@ -247,21 +247,28 @@ class ToolDispatcher:
     async def _run(self, v: ValidatedCall) -> ToolOutput | None:
         """The stages after validation, in the road's order; each raises a
         ToolError to end the call. None: the call ended on the way without
-        one (``call.result`` holds how)."""
+        one (``call.result`` holds how). A stage the session does not
+        configure is one test here (specs/pipeline.md)."""
         stages.check_scope(v)
-        await stages.guard(v)
-        if not await stages.pre_hooks(v):
-            return None
+        if v.guardrails is not None:
+            await stages.guard(v, v.guardrails)
+        if v.hooks is not None:
+            rewritten = await stages.pre_hooks(v, v.hooks)
+            if rewritten is None:
+                return None
+            v = rewritten
         stages.prepare(v)
         stages.rate(v)
         mode = decide(v)
-        if await stages.record_plan(v, mode):
+        if v.dry_run and await stages.record_plan(v, mode):
             return None
-        await self._confirmation.confirm(v, mode)
+        if mode is not ConfirmMode.AUTO:
+            await self._confirmation.confirm(v, mode)
         output = await self._execution.run(v)
         stages.check_output(v, output)
         stages.count_files(v, output)
-        await stages.post_hooks(v, output)
+        if v.hooks is not None:
+            await stages.post_hooks(v, v.hooks, output)
         return output
 
     def _receive(self, tool_use: ToolUseBlock, session: DispatchSession, turn_id: str) -> ToolCall:

@@ -2,7 +2,8 @@
 
 ``Execution.run`` waits for one of the session's slots (``queued``), then
 announces the call (``running``: ``tool.called``) and awaits a fresh
-instance's ``execute`` under the tool's timeout. Whatever the tool does
+instance's ``execute`` under the tool's timeout (armed at its first
+suspension: dispatcher/lazy_timeout.py). Whatever the tool does
 wrong becomes a ``ToolError``: a timeout (its ``cancel()`` asked to clean
 up), an exception (logged; the model sees one redacted line), a return
 value that is not a ``ToolOutput`` of text and image blocks. A call whose
@@ -23,6 +24,7 @@ from typing import Any
 
 from dispatcher.call import CallState, Running, ToolCall, output_text
 from dispatcher.errors import ToolCancelled, ToolError, ToolExecutionError, ToolTimeout
+from dispatcher.lazy_timeout import run_under
 from dispatcher.stages import ValidatedCall
 from dispatcher.tool import Tool, ToolContext, ToolOutput
 from protocol.canonical import ImageBlock, TextBlock
@@ -64,9 +66,13 @@ class Execution:
         context = self._context(v)
         call.running = running = Running(tool, context)
         try:
-            async with asyncio.timeout(entry.timeout) as scope:
-                running.timeout_scope = scope
-                output = await tool.execute(call.input, context)
+            assert call.timing.started is not None
+            output = await run_under(
+                tool.execute(call.input, context),
+                entry.timeout,
+                call.timing.started,
+                running.arm,
+            )
         except TimeoutError:
             if call.cancel_requested:
                 raise ToolCancelled(
@@ -141,9 +147,7 @@ def _check_not_cancelled(call: ToolCall) -> None:
 
 def _checked(call: ToolCall, name: str, output: object) -> ToolOutput:
     """The tool's output, if it is a ToolOutput of text and image blocks."""
-    if not isinstance(output, ToolOutput) or not all(
-        isinstance(block, TextBlock | ImageBlock) for block in output.content
-    ):
+    if not isinstance(output, ToolOutput) or not _blocks_ok(output):
         raise ToolExecutionError(
             f"{name} returned {type(output).__name__} that is not a ToolOutput of "
             "text and image blocks",
@@ -152,6 +156,13 @@ def _checked(call: ToolCall, name: str, output: object) -> ToolOutput:
     if call.cancel_requested:
         raise ToolCancelled(f"{name} was cancelled", partial_output=output_text(output))
     return output
+
+
+def _blocks_ok(output: ToolOutput) -> bool:
+    for block in output.content:  # noqa: SIM110 - reads as plainly as all() over a generator
+        if not isinstance(block, TextBlock | ImageBlock):
+            return False
+    return True
 
 
 async def cleanup(tool: Tool, label: str) -> None:

@@ -12,7 +12,7 @@ session does not configure returns at once.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from dispatcher.call import CallState, ToolCall
@@ -40,19 +40,21 @@ log = logging.getLogger("toolrelay.dispatcher")
 GUARDED_EFFECTS = frozenset({SideEffects.WRITE, SideEffects.EXECUTE, SideEffects.NETWORK})
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ValidatedCall:
     """A call whose input matched its tool's schema: what every later stage takes.
 
-    ``call`` is the state machine (its input may still be rewritten by a
-    hook, which validates it again); ``entry`` the registered tool;
-    ``session`` the dispatch session; ``guardrails`` the session's rules
-    when they check calls of this tool's class (else None); ``hooks`` the
-    session's hooks (read-only in a dry-run), None when there are none;
-    ``dry_run`` whether the call is recorded instead of run.
+    ``call`` is the state machine; ``input`` the input that passed (a hook
+    that rewrites it gives a new ValidatedCall, see ``pre_hooks``);
+    ``entry`` the registered tool; ``session`` the dispatch session;
+    ``guardrails`` the session's rules when they check calls of this tool's
+    class (else None); ``hooks`` the session's hooks (read-only in a
+    dry-run), None when there are none; ``dry_run`` whether the call is
+    recorded instead of run.
     """
 
     call: ToolCall
+    input: dict[str, Any]
     entry: RegisteredTool
     session: DispatchSession
     guardrails: Guardrails | None
@@ -71,11 +73,7 @@ class ValidatedCall:
         hooks = session.hooks
         if hooks is not None and dry_run:
             hooks = hooks.read_only_view()  # a dry-run changes nothing, hooks included
-        return cls(call, entry, session, guardrails, hooks, dry_run)
-
-    @property
-    def input(self) -> dict[str, Any]:
-        return self.call.input
+        return cls(call, call.input, entry, session, guardrails, hooks, dry_run)
 
     @property
     def name(self) -> str:
@@ -94,13 +92,10 @@ def check_scope(v: ValidatedCall) -> None:
             v.session.workspace.resolve(value)
 
 
-async def guard(v: ValidatedCall) -> None:
+async def guard(v: ValidatedCall, guardrails: Guardrails) -> None:
     """Guardrails on the call's declared effects: refuse (``blocked_by`` a
     rule), pass with warnings, or pass on condition that a person is asked
     (effects unknown)."""
-    guardrails = v.guardrails
-    if guardrails is None:
-        return
     call = v.call
     # Made once here and shared with the later stages (the shell's analysis
     # of its command gives its effects too).
@@ -121,13 +116,12 @@ async def guard(v: ValidatedCall) -> None:
     call.state = CallState.GUARDED
 
 
-async def pre_hooks(v: ValidatedCall) -> bool:
+async def pre_hooks(v: ValidatedCall, hooks: HookRunner) -> ValidatedCall | None:
     """pre_tool_use hooks: may block, add context, or rewrite the input (then
-    validated, scoped and guarded again). False: the call ended here (an
-    invalid rewrite)."""
-    hooks = v.hooks
-    if hooks is None or not hooks.has_hooks(HookEvent.PRE_TOOL_USE):
-        return True
+    validated, scoped and guarded again: the call goes on as the
+    ValidatedCall returned). None: the call ended here (an invalid rewrite)."""
+    if not hooks.has_hooks(HookEvent.PRE_TOOL_USE):
+        return v
     call = v.call
     context = hook_context(v, input_file(v))
     results = await hooks.run(HookEvent.PRE_TOOL_USE, context, sandbox=v.session.sandbox)
@@ -148,13 +142,15 @@ async def pre_hooks(v: ValidatedCall) -> bool:
             rewritten_by, new_input = result.name, result.updated_input
     call.state = CallState.PRE_HOOKED
     if rewritten_by is None:
-        return True
+        return v
     call.rewrite(new_input)
     if not call.validate(rewritten_by=rewritten_by):
-        return False
+        return None
+    v = replace(v, input=call.input)
     check_scope(v)
-    await guard(v)
-    return True
+    if v.guardrails is not None:
+        await guard(v, v.guardrails)
+    return v
 
 
 def prepare(v: ValidatedCall) -> None:
@@ -211,7 +207,7 @@ async def record_plan(v: ValidatedCall, mode: ConfirmMode) -> bool:
     """Dry-run: a call that would change something is recorded, not run (True).
     The policy has already refused what it denies, but nobody is asked about
     a call that will not run: the plan says whether it would ask."""
-    if not v.dry_run or not is_planned(v.entry.definition.side_effects):
+    if not is_planned(v.entry.definition.side_effects):
         return False
     call = v.call
     action = PlannedAction(
@@ -234,7 +230,7 @@ def check_output(v: ValidatedCall, output: ToolOutput) -> None:
     the tool: logged as one, and the call fails as ``execution_error``."""
     validator, data = v.entry.output_validator, output.data
     if validator is None or data is None:
-        return
+        return  # the tool declares no output_schema, or gave no data
     if validator.is_valid(data):
         v.call.state = CallState.OUTPUT_VALIDATED
         return
@@ -262,11 +258,10 @@ def count_files(v: ValidatedCall, output: ToolOutput) -> None:
         counter.record(output.files_modified)
 
 
-async def post_hooks(v: ValidatedCall, output: ToolOutput) -> None:
+async def post_hooks(v: ValidatedCall, hooks: HookRunner, output: ToolOutput) -> None:
     """post_tool_use hooks, once per file the call modified; their report is
     appended to the result."""
-    hooks = v.hooks
-    if hooks is None or not output.success or not hooks.has_hooks(HookEvent.POST_TOOL_USE):
+    if not output.success or not hooks.has_hooks(HookEvent.POST_TOOL_USE):
         return
     files = list(output.files_modified or ())
     context = hook_context(v, files[0] if files else None)

@@ -103,7 +103,8 @@ class _Scanner(ast.NodeVisitor):
         if built is not None:
             self.found.append((CLASS_TYPES[built], where))
         name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-        if node.args and ("publish" in name or "emit" in name):
+        # ``Checked``: a tool call's hot events, published as their data dict.
+        if node.args and ("publish" in name or "emit" in name or name == "Checked"):
             literal = self._literal_type(node.args[0])
             if literal is not None:
                 self.found.append((literal, where))

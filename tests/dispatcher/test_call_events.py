@@ -5,6 +5,8 @@
   field of the event's payload model and survive validation and a JSON dump
   unchanged;
 - ``bus.publish`` writes data as the event's ``data``;
+- the shortcuts of the hot path (the result block built from checked parts,
+  a text-only event content) build what the general paths build;
 - structured data past ``max_event_output_bytes`` is left out of the event
   (``structured: null``, ``structured_truncated``, ``structured_bytes``), and
   the model's result block is the same either way.
@@ -33,6 +35,7 @@ from protocol.canonical import (
     SideEffects,
     TextBlock,
     ToolDefinition,
+    ToolResultBlock,
     ToolUseBlock,
 )
 from tests.dispatcher.support import RecordingPublisher
@@ -176,3 +179,45 @@ async def test_structured_is_bounded_in_events(workspace: WorkspaceFileAPI) -> N
     # The model's result is the tool's own output either way.
     assert [r.text() for r in results] == ["done", "done"]
     assert not any(r.is_error for r in results)
+
+
+def test_checked_result_block_equals_the_validated_one() -> None:
+    from dispatcher.call import checked_result_block
+
+    content: list[TextBlock | ImageBlock] = [
+        TextBlock(text="ok"),
+        ImageBlock(media_type="image/png", data="aGk="),
+    ]
+    fast = checked_result_block("tu_1", content, True)
+    checked = ToolResultBlock(tool_use_id="tu_1", content=content, is_error=True)
+    assert fast == checked
+    assert fast.model_dump() == checked.model_dump()
+    assert fast.model_fields_set == checked.model_fields_set
+    assert fast.text() == "ok"
+
+
+def test_event_content_matches_bounded_blocks() -> None:
+    from dispatcher.call_events import _event_content
+    from dispatcher.event_output import bounded_blocks
+
+    image = ImageBlock(media_type="image/png", data="aGk=" * 10)
+    cases: list[list[TextBlock | ImageBlock]] = [
+        [TextBlock(text="ok")],
+        [TextBlock(text="é" * 10), TextBlock(text="\udc80 lone surrogate")],
+        [TextBlock(text="x" * 300)],  # past the limit below
+        [TextBlock(text="a"), image],
+        [],
+    ]
+    for blocks in cases:
+        expected = bounded_blocks([b.model_dump() for b in blocks], 100)
+        assert _event_content(ToolOutput(content=blocks), 100) == expected
+
+
+def test_every_event_builder_is_a_move_of_the_table() -> None:
+    """The events tables name only states of the machine, and a state that
+    publishes on entry is one some move reaches."""
+    from dispatcher.call import ALLOWED, ENTERING, LEAVING
+
+    reached = {new for moves in ALLOWED.values() for new in moves}
+    assert set(ENTERING) <= reached
+    assert all(ALLOWED[state] for state in LEAVING)  # one leaves it

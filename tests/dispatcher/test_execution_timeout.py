@@ -1,7 +1,6 @@
-"""A call's timeout and cancellation (dispatcher/execution.py) against every
-way a tool's coroutine can go on: before and after its first suspension,
-inside its context, with errors, a plain awaitable, and a tool that catches
-the cancellation."""
+"""A call's timeout is armed at the tool's first suspension
+(dispatcher/lazy_timeout.py): every way a coroutine can go on from there
+behaves as a plain ``await`` did."""
 
 from __future__ import annotations
 
@@ -230,3 +229,56 @@ async def test_session_cancel_with_a_tool_that_catches_it(setup: Any) -> None:
         result = await task
     assert result.is_error  # cancelled, with what it had
     assert publisher.first("tool.failed").data["error_class"] == "cancelled"
+
+
+def test_resumed_forwards_sends_throws_and_close() -> None:
+    import types as _types
+
+    from dispatcher.lazy_timeout import Resumed
+
+    @_types.coroutine
+    def suspend(value: Any) -> Any:
+        return (yield value)
+
+    log: list[Any] = []
+
+    async def inner() -> str:
+        got = await suspend("first")
+        log.append(got)
+        try:
+            await suspend("second")
+        except KeyError as exc:
+            log.append(exc)
+        got = await suspend("third")
+        log.append(got)
+        return "done"
+
+    async def outer(steps: Any, first: Any) -> Any:
+        return await Resumed(steps, first)
+
+    steps = inner()
+    first = steps.send(None)
+    assert first == "first"
+    driver = outer(steps, first)
+    assert driver.send(None) == "first"  # handed over as it was
+    assert driver.send("a") == "second"  # a non-None send is forwarded by hand
+    assert driver.throw(KeyError("k")) == "third"
+    with pytest.raises(StopIteration) as stop:
+        driver.send("z")
+    assert stop.value.value == "done"
+    assert log[0] == "a" and isinstance(log[1], KeyError) and log[2] == "z"
+
+    closed: list[bool] = []
+
+    async def closable() -> None:
+        try:
+            await suspend("x")
+            await suspend("y")
+        finally:
+            closed.append(True)
+
+    steps2 = closable()
+    driver2 = outer(steps2, steps2.send(None))
+    driver2.send(None)
+    driver2.close()
+    assert closed == [True]

@@ -87,6 +87,12 @@ from dispatcher.tools.shell.families import (
     TRANSPARENT_WRAPPERS,
     is_python,
 )
+from dispatcher.tools.shell.nested import (
+    find_starts,
+    nested_script,
+    reads_script_from_stdin,
+    shell_positional,
+)
 from dispatcher.tools.shell.rating import classify, git_subcommand, rate_program
 from dispatcher.tools.shell.script import Command, Pipeline, parse
 from dispatcher.tools.shell.tokens import ShellSyntaxInvalid, Word
@@ -196,12 +202,12 @@ def _analyze_command(
     feed = _fed_items(unwrapped, pipeline, index, stdin_texts, depth)
     check_blocklist(result, prog, args + [Word(t) for t in feed])
     _runs_commands(result, prog, args, depth, where)
-    nested = _nested_script(prog, args)
+    nested = nested_script(prog, args)
     if nested is not None:
-        inner = analyze(nested, depth + 1, where, _shell_positional(prog, args))
+        inner = analyze(nested, depth + 1, where, shell_positional(prog, args))
         result.merge(inner)
         result.lift(inner.rating)
-    elif _reads_script_from_stdin(prog, args):
+    elif reads_script_from_stdin(prog, args):
         _check_stdin_feed(result, prog, pipeline, index, stdin_texts, depth)
         result.lift(CallRating.DANGEROUS)
     _check_substituted_downloads(result, prog, args, depth)
@@ -363,23 +369,11 @@ def _fed_items(
         if up_prog in ("echo", "printf"):
             items += [t for t in up_args if t not in ("-e", "-n", "-E")]
         elif up_prog == "find":
-            items += _find_starts(up_args)
+            items += find_starts(up_args)
         for redirect in upstream.redirects:
             if redirect.op == "<<<" and redirect.target is not None:
                 items.append(redirect.target.text)
     return [t for item in items for t in item.split()]
-
-
-def _find_starts(texts: list[str]) -> list[str]:
-    """find's starting points (the words before the first expression)."""
-    starts: list[str] = []
-    for t in texts:
-        if t in ("-H", "-L", "-P") or t.startswith(("-D", "-O")):
-            continue
-        if t.startswith("-") or t in ("(", "!", ","):
-            break
-        starts.append(t)
-    return starts or ["."]
 
 
 _EXEC_ACTIONS = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
@@ -407,7 +401,7 @@ def _runs_commands(
         return
     if prog != "find":
         return
-    starts = _find_starts(texts)[:16]
+    starts = find_starts(texts)[:16]
     if "-delete" in texts:
         for start in starts:
             if is_critical_path(start):
@@ -425,18 +419,6 @@ def _runs_commands(
         for start in starts if inner else []:
             line = shlex.join([t.replace("{}", start) for t in inner])
             result.merge(analyze(line, depth + 1, where))
-
-
-def _shell_positional(prog: str, args: list[Word]) -> list[str] | None:
-    """``sh -c 'script' name a b``: the script's ``$0 $1 ...`` are ``name a b``."""
-    if prog not in SHELLS:
-        return None
-    texts = [a.text for a in args]
-    for k, t in enumerate(texts):
-        if t.startswith("-") and not t.startswith("--") and "c" in t[1:]:
-            rest = [x for x in texts[k + 1 :] if not x.startswith(("-", "+"))]
-            return rest[1:] if len(rest) > 1 else None
-    return None
 
 
 def _writes_file(op: str, target: str) -> bool:
@@ -458,40 +440,6 @@ def _note_writes(result: Analysis, writes: list[str], where: Where | None) -> No
             result.writes_unknown = True
         elif not points_outside(Word(target), where) and target not in result.writes:
             result.writes.append(target)
-
-
-def _nested_script(prog: str, args: list[Word]) -> str | None:
-    """The command string a shell, eval or watch will run, if there is one."""
-    if prog == "eval":
-        return " ".join(a.text for a in args)
-    if prog == "watch":
-        rest = _skip_options(args, frozenset({"-n", "--interval", "-d", "-q"}))
-        return " ".join(a.text for a in rest) if rest else None
-    if prog in SHELLS:
-        has_c = False
-        for a in args:
-            t = a.text
-            if t.startswith("-") and not t.startswith("--") and "c" in t[1:]:
-                has_c = True
-            elif has_c and not t.startswith(("-", "+")):
-                return t
-        return "" if has_c else None
-    return None
-
-
-def _reads_script_from_stdin(prog: str, args: list[Word]) -> bool:
-    """An interpreter with no script argument (or ``-s``/``-``) runs its stdin."""
-    if prog not in SHELLS and prog not in SCRIPT_RUNNERS and not is_python(prog):
-        return False
-    positional = [a.text for a in args if not a.text.startswith("-") or a.text == "-"]
-    flags = [a.text for a in args if a.text.startswith("-")]
-    if "-s" in flags or "-" in positional:
-        return True
-    if any(f in ("--version", "-V", "--help", "-h") for f in flags):
-        return False
-    if prog not in SHELLS and any(f in ("-c", "-e", "-m", "-r", "-E") for f in flags):
-        return False
-    return not positional
 
 
 def _check_stdin_feed(
@@ -522,13 +470,6 @@ def _check_stdin_feed(
     if prog in SHELLS:
         for text in texts:
             result.merge(analyze(text, depth + 1))
-
-
-def _skip_options(args: list[Word], takes_value: frozenset[str]) -> list[Word]:
-    i = 0
-    while i < len(args) and args[i].text.startswith("-"):
-        i += 2 if args[i].text in takes_value else 1
-    return args[i:]
 
 
 __all__ = [

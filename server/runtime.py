@@ -34,7 +34,7 @@ from dispatcher.mcp import McpManager
 from dispatcher.memory import MemoryStore
 from dispatcher.reaper import child_reaper
 from dispatcher.sandbox import SandboxConfig, SandboxUnavailable, configure
-from dispatcher.tools.code.index import FilesModifiedTap
+from dispatcher.tools.code import FilesModifiedTap
 from eventbus import Bus, EventBus, EventBusError, EventLog
 from server.auth import TOKEN_FILE, TokenRegistry
 from server.config import Config, ConfigInvalid

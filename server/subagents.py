@@ -54,8 +54,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from dispatcher.errors import ToolExecutionError, ToolPermissionDenied, ToolValidationFailed
-from dispatcher.tools.agents import SubagentReport, SubagentRequest
-from dispatcher.tools.agents.dispatch import SubagentStatus
+from dispatcher.tools.agents import SubagentReport, SubagentRequest, SubagentStatus
 from eventbus import Bus, EventBusError, SubscriberTooSlow
 from eventbus.subscription import Subscription
 from server.agents import UnknownAgent, resolve_agent, subagent_types

@@ -262,3 +262,46 @@ def test_the_cycle_checker_sees_a_cycle(tmp_path: Path) -> None:
     assert _cycles(graph) == []
     typed = {n: _load_time_imports(n, p, modules, with_types=True) for n, p in modules.items()}
     assert _cycles(typed) == [["a", "b", "c"]]
+
+
+# The server uses a tool family (dispatcher/tools/<family>/) through the
+# family's package, the interface it exports, never its modules: what the
+# family keeps inside can move without touching the server.
+# Module of the server -> family modules it still imports, and why.
+FAMILY_INTERNALS_ALLOWED: dict[str, frozenset[str]] = {
+    # A quality gate asks as a shell command of the session would: it rates
+    # the gate's command with the shell's own rules (server/gate_consent.py).
+    "server.gate_consent": frozenset(
+        {"dispatcher.tools.shell.rules", "dispatcher.tools.shell.tool"}
+    ),
+}
+
+
+def _family_module(name: str) -> str | None:
+    """The module inside a tool family that ``name`` is or lies in
+    (``dispatcher.tools.<family>.<module>``), or None."""
+    parts = name.split(".")
+    if len(parts) < 4 or parts[:2] != ["dispatcher", "tools"]:
+        return None
+    place = ROOT.joinpath(*parts[:4])
+    if place.with_suffix(".py").is_file() or place.is_dir():
+        return ".".join(parts[:4])
+    return None
+
+
+def test_the_server_uses_tool_families_through_their_packages() -> None:
+    wrong = set()
+    for path in sorted((ROOT / "server").rglob("*.py")):
+        module = _module_name(path)
+        allowed = FAMILY_INTERNALS_ALLOWED.get(module, frozenset())
+        for name in _modules_imported(path):
+            inner = _family_module(name)
+            if inner is not None and inner not in allowed:
+                wrong.add(f"{module} imports {inner}")
+    assert not wrong, "the server reaches into a tool family:\n" + "\n".join(sorted(wrong))
+
+
+def test_the_family_checker_tells_a_module_from_a_name() -> None:
+    assert _family_module("dispatcher.tools.code.index.CodeIndex") == "dispatcher.tools.code.index"
+    assert _family_module("dispatcher.tools.agents.SubagentStatus") is None  # the package's
+    assert _family_module("dispatcher.tools.code") is None

@@ -10,6 +10,7 @@ from dispatcher.tools.agents.dispatch import (
     SubagentReport,
     SubagentRequest,
     SubagentRunner,
+    SubagentStatus,
 )
 
 __all__ = [
@@ -20,4 +21,5 @@ __all__ = [
     "SubagentReport",
     "SubagentRequest",
     "SubagentRunner",
+    "SubagentStatus",
 ]

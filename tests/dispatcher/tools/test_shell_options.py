@@ -163,7 +163,7 @@ def test_ratings_from_the_table(command: str, rating: CallRating) -> None:
 
 
 def test_every_safe_program_has_a_complete_entry() -> None:
-    # env is read by the unwrapper (rules._unwrap): bare `env` prints, `env
+    # env is read by the unwrapper (unwrap.unwrap_command): bare `env` prints, `env
     # PROG` is a wrapper, any option makes the line dev. find has its own
     # entry (programs.FIND): its expression is not getopt.
     others = SAFE_COMMANDS - {"env", "find"}

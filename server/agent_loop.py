@@ -36,6 +36,9 @@ cancelling the task that reads it, which closes the provider's HTTP response,
 and the dispatcher cancels the running tools; every tool call already in the
 conversation still gets a result, so the conversation stays valid for the
 next turn, also after a restart (it lives in the server's SQLite store).
+
+This module chooses each turn's model, prompt and step limit and keeps the
+provider clients; the turn's steps run in server/agent_turn.py (``AgentTurn``).
 """
 
 from __future__ import annotations
@@ -50,15 +53,9 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from adapters.base import (
-    ModelAdapter,
-    ModelSettings,
-)
+from adapters.base import ModelAdapter, ModelSettings
 from adapters.clients import ProviderClients, SharedClientAdapter
-from adapters.errors import (
-    AdapterError,
-    AdapterMisconfigured,
-)
+from adapters.errors import AdapterError, AdapterMisconfigured
 from adapters.registry import ADAPTER_MODULES, create_adapter, default_model, parse_model
 from protocol.canonical import Message, TextBlock
 from server.agent_turn import AgentTurn, append_message, failed_outcome, model_failure
@@ -66,11 +63,7 @@ from server.agents import BUILD_PROMPT, UnknownAgent, prompt_memories, resolve_a
 from server.config import Config
 from server.store import SessionRecord, Store, TurnFailureReason
 from server.tree_budget import TreeBudgets
-from server.turns import (
-    RunnerParts,
-    TurnContext,
-    TurnOutcome,
-)
+from server.turns import RunnerParts, TurnContext, TurnOutcome
 
 if TYPE_CHECKING:
     from dispatcher.memory import MemoryService

@@ -12,7 +12,7 @@ import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from contextlib import aclosing
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from adapters.base import (
     MessageCompleted,
@@ -40,15 +40,7 @@ from server.gate_consent import SessionGateConsent
 from server.schemas import InputLimitExceeded, check_json_limits
 from server.store import TurnFailureReason
 from server.tree_budget import TurnBudget
-from server.turns import (
-    TurnContext,
-    TurnFailure,
-    TurnOutcome,
-    answer_unanswered,
-)
-
-if TYPE_CHECKING:
-    pass
+from server.turns import TurnContext, TurnFailure, TurnOutcome, answer_unanswered
 
 log = logging.getLogger("toolrelay.agent")
 

@@ -26,7 +26,7 @@ from dispatcher.tool import BaseTool, ToolFactory
 from dispatcher.tools import builtin_tool_factories, knowledge_tool_factories
 from dispatcher.tools.agents import SUBAGENT_GROUP, DispatchSubagentTool
 from protocol.canonical import ToolDefinition
-from server.config import Config
+from server.config import Config, DispatcherSection
 
 log = logging.getLogger("toolrelay.server")
 
@@ -39,11 +39,13 @@ def register_tools(dispatcher: ToolDispatcher, config: Config) -> list[PluginLoa
         delete_enabled=config.workspaces.allow_delete,
     ) + knowledge_tool_factories(memory_enabled=True)
     for factory in factories:
-        dispatcher.register(factory, timeout=timeout_for(factory, config))
+        dispatcher.register(factory, timeout=timeout_for(factory, config.dispatcher))
     # In its own group, which worker sessions hide: a sub-agent cannot
     # dispatch sub-agents (specs/agents.md).
     subagents = DispatchSubagentTool
-    dispatcher.register(subagents, group=SUBAGENT_GROUP, timeout=timeout_for(subagents, config))
+    dispatcher.register(
+        subagents, group=SUBAGENT_GROUP, timeout=timeout_for(subagents, config.dispatcher)
+    )
     errors = load_plugins(
         dispatcher,
         import_paths=config.plugins.import_paths,
@@ -55,12 +57,11 @@ def register_tools(dispatcher: ToolDispatcher, config: Config) -> list[PluginLoa
     return errors
 
 
-def timeout_for(factory: ToolFactory, config: Config) -> float | None:
+def timeout_for(factory: ToolFactory, cfg: DispatcherSection) -> float | None:
     """The override the configuration gives one built-in tool's calls (None:
     the registry's default applies): its ``dispatcher.tool_timeouts`` entry,
     else ``dispatcher.tool_timeout`` for a tool that declares no timeout and
     does not time its own calls."""
-    cfg = config.dispatcher
     name = _definition(factory).name
     if name in cfg.tool_timeouts:
         return cfg.tool_timeouts[name]

@@ -21,16 +21,16 @@ from server.tool_wiring import register_tools, timeout_for
 
 def test_timeouts_follow_the_spec_unless_configured(tmp_path: Path) -> None:
     # Nothing configured: no override, the registry's defaults by side effects apply.
-    assert timeout_for(ReadFileTool, Config()) is None
+    assert timeout_for(ReadFileTool, Config().dispatcher) is None
     # A global default replaces them for tools that declare none and do not
     # time themselves (the shell keeps its backstop).
     plain = Config.model_validate({"dispatcher": {"tool_timeout": 45}})
-    assert timeout_for(ReadFileTool, plain) == 45
-    assert timeout_for(ShellTool, plain) is None
+    assert timeout_for(ReadFileTool, plain.dispatcher) == 45
+    assert timeout_for(ShellTool, plain.dispatcher) is None
     configured = Config.model_validate(
         {"dispatcher": {"tool_timeout": 45, "tool_timeouts": {"read_file": 7, "run_command": 20}}}
     )
-    assert timeout_for(ReadFileTool, configured) == 7
+    assert timeout_for(ReadFileTool, configured.dispatcher) == 7
     timeouts = _registered(tmp_path, configured)
     assert timeouts["read_file"] == 7
     assert timeouts["list_dir"] == 45

@@ -99,30 +99,8 @@ async def serve_stream(ws: WebSocket, runtime: Services, session_id: str | None)
     except ApiError as err:
         await deny_websocket(ws.scope, ws.send, err.status, err.body())
         return
-    try:
-        subscription = await _subscribe(runtime, principal, session_id, after)
-    except (BusClosed, BusNotStarted):
-        body = error_body("unavailable", "the server is shutting down")
-        await deny_websocket(ws.scope, ws.send, 503, body)
-        return
-    except CursorExpired as exc:
-        # Accepted, then closed: browsers can read a close code and reason, not an
-        # HTTP status, and this one tells the client what to do.
-        await _accept_and_close(
-            ws, CloseCode.CURSOR_EXPIRED, f"cursor expired; oldest usable after={exc.oldest_cursor}"
-        )
-        return
-    except CursorInFuture as exc:
-        await _accept_and_close(
-            ws,
-            CloseCode.BAD_CURSOR,
-            f"after={exc.cursor} is ahead of the log (latest {exc.latest_cursor})",
-        )
-        return
-    except EventBusError as exc:
-        log.error("cannot open an event stream: %s", exc)
-        body = error_body("unavailable", "the event log cannot be read; see the server log")
-        await deny_websocket(ws.scope, ws.send, 503, body)
+    subscription = await _open(ws, runtime, principal, session_id, after)
+    if subscription is None:
         return
     await ws.accept()
     attachment = runtime.presence.attach(
@@ -152,6 +130,42 @@ async def serve_stream(ws: WebSocket, runtime: Services, session_id: str | None)
     if close is not _DISCONNECTED and ws.client_state == WebSocketState.CONNECTED:
         with contextlib.suppress(RuntimeError, OSError, WebSocketDisconnect):
             await ws.close(close.code, _reason(close.reason))
+
+
+async def _open(
+    ws: WebSocket,
+    runtime: Services,
+    principal: Principal,
+    session_id: str | None,
+    after: int | None,
+) -> Subscription | None:
+    """The socket's subscription, or None once the socket was refused or closed
+    with the code that tells the client why (shutting down, a bad cursor)."""
+    try:
+        return await _subscribe(runtime, principal, session_id, after)
+    except (BusClosed, BusNotStarted):
+        body = error_body("unavailable", "the server is shutting down")
+        await deny_websocket(ws.scope, ws.send, 503, body)
+        return None
+    except CursorExpired as exc:
+        # Accepted, then closed: browsers can read a close code and reason, not an
+        # HTTP status, and this one tells the client what to do.
+        await _accept_and_close(
+            ws, CloseCode.CURSOR_EXPIRED, f"cursor expired; oldest usable after={exc.oldest_cursor}"
+        )
+        return None
+    except CursorInFuture as exc:
+        await _accept_and_close(
+            ws,
+            CloseCode.BAD_CURSOR,
+            f"after={exc.cursor} is ahead of the log (latest {exc.latest_cursor})",
+        )
+        return None
+    except EventBusError as exc:
+        log.error("cannot open an event stream: %s", exc)
+        body = error_body("unavailable", "the event log cannot be read; see the server log")
+        await deny_websocket(ws.scope, ws.send, 503, body)
+        return None
 
 
 async def _subscribe(
@@ -231,6 +245,12 @@ class _SocketSink:
     queue and the sender task, which waits for the socket as before. A record
     the sender must act on (``session.deleted`` ends the stream) is declined
     too, as is anything after an error (the sender meets it and ends).
+
+    Why it stays: on the paced run of benchmarks/fanout.py it keeps the
+    publish-to-receive latency at N = 10 and 100 sockets near the bare loop's
+    (benchmarks/README.md, "Event bus split"). What it counts on is pinned by
+    tests/eventbus/test_direct_socket_write.py (a real uvicorn server and a
+    real websockets client).
     """
 
     __slots__ = ("_failed", "_ws")

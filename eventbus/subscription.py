@@ -179,7 +179,7 @@ class Subscription:
                 incoming += record.size
         # An empty queue takes any chunk, however large its events: a consumer
         # that keeps up is never cut off for the size of one chunk (the bus
-        # keeps chunks to about a MiB; see EventBus._deliver).
+        # keeps chunks to about a MiB; see eventbus.delivery.Fanout.deliver).
         over_count = len(self._live) + len(records) > self.max_queue
         if over_count or (
             self.max_bytes is not None

@@ -33,7 +33,7 @@ The check is the low 32 bits of the payload's XXH3-64 hash seeded with the
 record's ``seq`` (the ``xxhash`` library): a torn or stale record passes it
 by chance once in 2**32, as with a CRC-32, for a fraction of the CPU of
 zlib's CRC-32 (which has no hardware CRC here), on a path every event takes
-(figures: benchmarks/README.md, "Event ring").
+(figures: benchmarks/README.md, "Issue 26: the event bus split").
 
 A ring file of any other format (a different magic, such as ``TRLYRNG1``, a
 CRC-32 layout no release wrote) is not read: it is made anew, with a warning

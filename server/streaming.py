@@ -248,7 +248,7 @@ class _SocketSink:
 
     Why it stays: on the paced run of benchmarks/fanout.py it keeps the
     publish-to-receive latency at N = 10 and 100 sockets near the bare loop's
-    (benchmarks/README.md, "Event bus split"). What it counts on is pinned by
+    (benchmarks/README.md, "Issue 26: the event bus split"). What it counts on is pinned by
     tests/eventbus/test_direct_socket_write.py (a real uvicorn server and a
     real websockets client).
     """

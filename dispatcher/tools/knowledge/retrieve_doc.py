@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from dispatcher.memory.store import fts_query
+from dispatcher.memory import fts_query
 from dispatcher.tool import BaseTool, ToolContext, ToolOutput
 from dispatcher.tools.common import check_cancelled, object_schema, path_property
 from dispatcher.tools.search.candidates import Candidate, open_candidates, read_fd

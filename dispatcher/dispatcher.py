@@ -265,8 +265,10 @@ class ToolDispatcher:
         if mode is not ConfirmMode.AUTO:
             await self._confirmation.confirm(v, mode)
         output = await self._execution.run(v)
-        stages.check_output(v, output)
-        stages.count_files(v, output)
+        if v.entry.output_validator is not None:
+            stages.check_output(v, v.entry.output_validator, output)
+        if v.guardrails is not None:
+            stages.count_files(v, output)
         if v.hooks is not None:
             await stages.post_hooks(v, v.hooks, output)
         return output

@@ -34,6 +34,7 @@ log = logging.getLogger("toolrelay.dispatcher")
 DEFAULT_CANCEL_GRACE = 30.0  # how long a cancelled tool may take before it is abandoned
 CLEANUP_TIMEOUT = 5.0  # bound on a tool's own cancel() during cleanup
 _EMPTY: Mapping[str, Any] = {}
+NOT_STARTED = "the call was cancelled before it started"
 
 
 class Execution:
@@ -53,10 +54,12 @@ class Execution:
     async def run(self, v: ValidatedCall) -> ToolOutput:
         """Queue for a slot, then run the tool."""
         call = v.call
-        _check_not_cancelled(call)
+        if call.cancel_requested:
+            raise ToolCancelled(NOT_STARTED)
         call.state = CallState.QUEUED
         async with v.session.semaphore:
-            _check_not_cancelled(call)
+            if call.cancel_requested:
+                raise ToolCancelled(NOT_STARTED)
             call.state = CallState.RUNNING
             return await self._execute(v)
 
@@ -68,7 +71,7 @@ class Execution:
         try:
             assert call.timing.started is not None
             output = await run_under(
-                tool.execute(call.input, context),
+                tool.execute(v.input, context),
                 entry.timeout,
                 call.timing.started,
                 running.arm,
@@ -138,11 +141,6 @@ class Execution:
             scope = running.timeout_scope
             if scope is not None and not call.done:
                 scope.reschedule(asyncio.get_running_loop().time())
-
-
-def _check_not_cancelled(call: ToolCall) -> None:
-    if call.cancel_requested:
-        raise ToolCancelled("the call was cancelled before it started")
 
 
 def _checked(call: ToolCall, name: str, output: object) -> ToolOutput:

@@ -28,6 +28,7 @@ from dispatcher.pipeline.hooks import (
 )
 from dispatcher.policy import ConfirmMode
 from dispatcher.registry import RegisteredTool
+from dispatcher.schema_subset import CompiledValidator
 from dispatcher.session import DispatchSession
 from dispatcher.tool import CallRating, ToolEffects, ToolOutput, summarize_input
 from protocol.canonical import SideEffects
@@ -73,7 +74,7 @@ class ValidatedCall:
         hooks = session.hooks
         if hooks is not None and dry_run:
             hooks = hooks.read_only_view()  # a dry-run changes nothing, hooks included
-        return cls(call, call.input, entry, session, guardrails, hooks, dry_run)
+        return cls(call, call.tool_use.input, entry, session, guardrails, hooks, dry_run)
 
     @property
     def name(self) -> str:
@@ -225,12 +226,12 @@ async def record_plan(v: ValidatedCall, mode: ConfirmMode) -> bool:
 # -- after the tool ran ----------------------------------------------------------------
 
 
-def check_output(v: ValidatedCall, output: ToolOutput) -> None:
-    """Structured output against the output_schema; a mismatch is a bug in
-    the tool: logged as one, and the call fails as ``execution_error``."""
-    validator, data = v.entry.output_validator, output.data
-    if validator is None or data is None:
-        return  # the tool declares no output_schema, or gave no data
+def check_output(v: ValidatedCall, validator: CompiledValidator, output: ToolOutput) -> None:
+    """Structured output against the tool's output_schema; a mismatch is a
+    bug in the tool: logged as one, and the call fails as ``execution_error``."""
+    data = output.data
+    if data is None:
+        return  # no structured output: nothing to check
     if validator.is_valid(data):
         v.call.state = CallState.OUTPUT_VALIDATED
         return
@@ -250,8 +251,8 @@ def check_output(v: ValidatedCall, output: ToolOutput) -> None:
 
 def count_files(v: ValidatedCall, output: ToolOutput) -> None:
     """What the call reported changing (a shell's files) counts for the turn's
-    ``max_files_modified``."""
-    if v.guardrails is None or not output.files_modified:
+    ``max_files_modified`` (guardrails set)."""
+    if not output.files_modified:
         return
     counter = v.session.turn_counters.get(v.call.turn_id)
     if counter is not None:

@@ -35,7 +35,7 @@ import stat
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,7 +51,7 @@ from dispatcher.tools.search.candidates import (
 )
 from dispatcher.tools.search.walk import Entry, Walk
 from dispatcher.workspace import WorkspaceFileAPI
-from protocol.payloads import Payload
+from protocol.payloads import Payload, ToolCompleted
 
 MAX_FILE_BYTES = 1024 * 1024  # larger files are generated or vendored: not parsed
 MAX_FILES = 100_000
@@ -482,17 +482,9 @@ class FilesModifiedTap:
         self._inner = inner
 
     def emit(self, payload: Payload, *, session_id: str, turn_id: str | None = None) -> None:
+        if isinstance(payload, ToolCompleted) and payload.files_modified:
+            note_modified(session_id, payload.files_modified)
         self._inner.emit(payload, session_id=session_id, turn_id=turn_id)
-
-    def publish(
-        self, type: str, data: Mapping[str, Any], *, session_id: str, turn_id: str | None = None
-    ) -> None:
-        # ``tool.completed`` comes only this way (dispatcher.call publishes it).
-        if type == "tool.completed":
-            files = data.get("files_modified")
-            if files:
-                note_modified(session_id, files)
-        self._inner.publish(type, data, session_id=session_id, turn_id=turn_id)
 
 
 def forget(root: str) -> None:

@@ -35,7 +35,7 @@ import stat
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +51,7 @@ from dispatcher.tools.search.candidates import (
 )
 from dispatcher.tools.search.walk import Entry, Walk
 from dispatcher.workspace import WorkspaceFileAPI
+from protocol.catalog import EventType
 from protocol.payloads import Payload, ToolCompleted
 
 MAX_FILE_BYTES = 1024 * 1024  # larger files are generated or vendored: not parsed
@@ -485,6 +486,14 @@ class FilesModifiedTap:
         if isinstance(payload, ToolCompleted) and payload.files_modified:
             note_modified(session_id, payload.files_modified)
         self._inner.emit(payload, session_id=session_id, turn_id=turn_id)
+
+    def publish(
+        self, type: str, data: Mapping[str, Any], *, session_id: str, turn_id: str | None = None
+    ) -> None:
+        # A tool call publishes tool.completed as checked data (dispatcher/call_events.py).
+        if type == EventType.TOOL_COMPLETED and (files := data.get("files_modified")):
+            note_modified(session_id, files)
+        self._inner.publish(type, data, session_id=session_id, turn_id=turn_id)
 
 
 def forget(root: str) -> None:

@@ -350,8 +350,7 @@ class ToolCompleted(Payload):
     command_executed: str | None
     metadata: dict[str, Any]
     # ``content`` was cut to the session's max_event_output_bytes; ``output_bytes``
-    # is the full size (UTF-8 text plus base64 image data). Declared (not extra
-    # keys) so that ``trusted`` takes its fast path.
+    # is the full size (UTF-8 text plus base64 image data).
     truncated: bool = False
     output_bytes: Annotated[int, Field(ge=0)] | None = None
     # The tool's structured output (ToolOutput.data), checked against the

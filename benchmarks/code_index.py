@@ -69,7 +69,7 @@ async def run(files: int, queries: int) -> None:
         index.definitions("func_5")
         print(f"lookup alone: {(time.perf_counter() - t) * 1e6:.1f} us")
         (root / "pkg000" / "new.py").write_text("def fresh():\n    pass\n")
-        index.mark_dirty(["pkg000/mod00001.py"])  # what the tap does after patch_file
+        index.mark_dirty(["pkg000/mod00001.py"])  # what note_modified does after patch_file
         t = time.perf_counter()
         await FindSymbolTool().execute({"name": "func_1"}, context())
         print(f"query after an edit through our tools: {(time.perf_counter() - t) * 1000:.1f} ms")

@@ -50,6 +50,9 @@ from protocol.canonical import TextBlock, ToolDefinition, ToolResultBlock, ToolU
 
 log = logging.getLogger("toolrelay.dispatcher")
 
+# (session id, paths a call modified): see ToolDispatcher's on_files_modified.
+FilesModifiedHook = Callable[[str, Sequence[str]], None]
+
 
 class ToolDispatcher:
     """Registers tools and runs tool calls for sessions; see the module docstring."""
@@ -61,6 +64,7 @@ class ToolDispatcher:
         broker: ConfirmationBroker | None = None,
         cancel_grace: float = DEFAULT_CANCEL_GRACE,
         max_event_output_bytes: int = DEFAULT_MAX_EVENT_OUTPUT_BYTES,
+        on_files_modified: FilesModifiedHook | None = None,
     ) -> None:
         if max_event_output_bytes < 1:
             raise ValueError(
@@ -74,6 +78,9 @@ class ToolDispatcher:
         self.broker = broker or ConfirmationBroker()
         self._confirmation = Confirmation(self.broker)
         self._execution = Execution(cancel_grace)
+        # Told (session id, paths) of every call that reports modified files
+        # (the server's code index marks them dirty).
+        self._on_files_modified = on_files_modified
         self._in_flight: dict[str, set[ToolCall]] = {}
 
     @property
@@ -269,6 +276,8 @@ class ToolDispatcher:
             stages.check_output(v, v.entry.output_validator, output)
         if v.guardrails is not None:
             stages.count_files(v, output)
+        if self._on_files_modified is not None and output.files_modified:
+            self._on_files_modified(v.session.session_id, output.files_modified)
         if v.hooks is not None:
             await stages.post_hooks(v, v.hooks, output)
         return output

@@ -34,7 +34,7 @@ from dispatcher.mcp import McpManager
 from dispatcher.memory import MemoryStore
 from dispatcher.reaper import child_reaper
 from dispatcher.sandbox import SandboxConfig, SandboxUnavailable, configure
-from dispatcher.tools.code import FilesModifiedTap
+from dispatcher.tools.code import note_modified
 from eventbus import Bus, EventBus, EventBusError, EventLog
 from server.auth import TOKEN_FILE, TokenRegistry
 from server.config import Config, ConfigInvalid
@@ -153,11 +153,12 @@ class Services:
         self._bus = await self._start_bus()
         await self.observer.start(self._bus)
         self._dispatcher = ToolDispatcher(
-            # The tap tells the code index which files tool calls modified.
-            FilesModifiedTap(self._bus),
+            self._bus,
             broker=ConfirmationBroker(),
             cancel_grace=self.config.dispatcher.cancel_grace,
             max_event_output_bytes=self.config.events.max_event_output_bytes,
+            # The code index learns which files tool calls modified.
+            on_files_modified=note_modified,
         )
         self.plugin_errors = register_tools(self._dispatcher, self.config)
         await self._start_message_runner()

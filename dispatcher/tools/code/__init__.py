@@ -4,13 +4,13 @@
 index they answer from, ``resolve`` where an import points, ``extract`` what
 one file defines, uses and imports, ``languages`` the grammars (one wheel per
 language, nothing downloaded). The server uses the family through this
-package only: the tools, and ``FilesModifiedTap`` (how the index learns
-which files tool calls modified).
+package only: the tools, and ``note_modified`` (the dispatcher's
+``on_files_modified``: how the index learns which files tool calls modified).
 """
 
 from __future__ import annotations
 
-from dispatcher.tools.code.index import FilesModifiedTap
+from dispatcher.tools.code.index import note_modified
 from dispatcher.tools.code.tools import (
     CODE_TOOLS,
     DependencyGraphTool,
@@ -22,8 +22,8 @@ from dispatcher.tools.code.tools import (
 __all__ = [
     "CODE_TOOLS",
     "DependencyGraphTool",
-    "FilesModifiedTap",
     "FindReferencesTool",
     "FindSymbolTool",
     "ListSymbolsTool",
+    "note_modified",
 ]

@@ -10,9 +10,9 @@ for the build, reporting progress, then answer from the maps.
 
 Freshness, two ways:
 
-- Edits through our tools: ``FilesModifiedTap`` sits in front of the event
-  bus (the server builds the dispatcher with it) and, for every
-  ``tool.completed`` with ``files_modified``, marks those files dirty in the
+- Edits through our tools: the dispatcher reports every call's
+  ``files_modified`` to ``note_modified`` (the server passes it as the
+  dispatcher's ``on_files_modified``), which marks those files dirty in the
   index of the session's workspace. The next query re-reads just them (a
   new file, whose .gitignore status a full walk decides, triggers a full
   check instead). So write_file, patch_file, apply_patch and git tools are
@@ -35,12 +35,11 @@ import stat
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from dispatcher.errors import ToolError
-from dispatcher.publisher import EventPublisher
 from dispatcher.tools.code.extract import FileFacts, Symbol, extract
 from dispatcher.tools.code.languages import language_for
 from dispatcher.tools.code.resolve import ImportResolver
@@ -51,8 +50,6 @@ from dispatcher.tools.search.candidates import (
 )
 from dispatcher.tools.search.walk import Entry, Walk
 from dispatcher.workspace import WorkspaceFileAPI
-from protocol.catalog import EventType
-from protocol.payloads import Payload, ToolCompleted
 
 MAX_FILE_BYTES = 1024 * 1024  # larger files are generated or vendored: not parsed
 MAX_FILES = 100_000
@@ -108,8 +105,8 @@ class CodeIndex:
         self._refs: dict[str, dict[str, tuple[int, ...]]] = {}
         self._last_refresh = 0.0
         self._scan_seconds = 0.0  # how long the last full check took
-        # Files our tools modified since the last refresh (FilesModifiedTap);
-        # its own lock, as the tap runs on the event loop and must not wait.
+        # Files our tools modified since the last refresh (note_modified);
+        # its own lock, as note_modified runs on the event loop and must not wait.
         self._dirty: set[str] = set()
         self._dirty_lock = threading.Lock()
         self.skipped: dict[str, str] = {}
@@ -454,8 +451,8 @@ _session_roots: OrderedDict[str, str] = OrderedDict()
 
 
 def note_session(session_id: str, root: str) -> None:
-    """Remember which workspace a session's code tools index, so the tap can
-    route that session's modified files to it."""
+    """Remember which workspace a session's code tools index, so
+    note_modified can route that session's modified files to it."""
     with _registry_lock:
         _session_roots[session_id] = root
         _session_roots.move_to_end(session_id)
@@ -465,35 +462,14 @@ def note_session(session_id: str, root: str) -> None:
 
 def note_modified(session_id: str, paths: Iterable[str]) -> None:
     """Mark files a session's tool modified as dirty in its workspace's index
-    (nothing if that session has no index)."""
+    (nothing if that session has no index). The dispatcher calls it for every
+    call that reports modified files, on the event loop: a dict look-up and a
+    set update."""
     with _registry_lock:
         root = _session_roots.get(session_id)
         index = _registry.get(root) if root is not None else None
     if index is not None:
         index.mark_dirty(paths)
-
-
-class FilesModifiedTap:
-    """An event publisher in front of another (the bus): passes every event
-    on unchanged and, for ``tool.completed`` with ``files_modified``, tells
-    the code index of the session's workspace. Cheap enough for the event
-    loop: a dict look-up and a set update."""
-
-    def __init__(self, inner: EventPublisher) -> None:
-        self._inner = inner
-
-    def emit(self, payload: Payload, *, session_id: str, turn_id: str | None = None) -> None:
-        if isinstance(payload, ToolCompleted) and payload.files_modified:
-            note_modified(session_id, payload.files_modified)
-        self._inner.emit(payload, session_id=session_id, turn_id=turn_id)
-
-    def publish(
-        self, type: str, data: Mapping[str, Any], *, session_id: str, turn_id: str | None = None
-    ) -> None:
-        # A tool call publishes tool.completed as checked data (dispatcher/call_events.py).
-        if type == EventType.TOOL_COMPLETED and (files := data.get("files_modified")):
-            note_modified(session_id, files)
-        self._inner.publish(type, data, session_id=session_id, turn_id=turn_id)
 
 
 def forget(root: str) -> None:

@@ -6,7 +6,7 @@ the one file it is given; the other three answer from the workspace's shared
 index (index.py), which the first call builds in the background while it
 streams progress as ``tool.output_delta`` events on the ``progress`` stream;
 later calls get it refreshed first (files our tools modified, reported by the
-server's FilesModifiedTap, and a periodic full check for everything else).
+dispatcher to note_modified, and a periodic full check for everything else).
 
 Each result is text for the model plus the same facts, structured, as the
 output's ``data`` (clients receive it in ``tool.completed.data.structured``);

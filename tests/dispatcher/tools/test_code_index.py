@@ -1,8 +1,8 @@
 """The shared code index on a generated 10,000-file repository: built in the
 background on the first call (with progress), answering later calls, and
-updated after edits made through our file tools (a real dispatcher, behind
-the same FilesModifiedTap the server uses). No timing is asserted;
-every wait is bounded by the tools' own loops and pytest's timeout."""
+updated after edits made through our file tools (a real dispatcher, reporting
+modified files to the same note_modified the server passes it). No timing is
+asserted; every wait is bounded by the tools' own loops and pytest's timeout."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from dispatcher import DispatchSession, PolicyConfig, RulePolicy, ToolDispatcher, WorkspaceFileAPI
 from dispatcher.tools import builtin_tool_factories
 from dispatcher.tools.code import CODE_TOOLS, FindReferencesTool, FindSymbolTool
-from dispatcher.tools.code.index import FilesModifiedTap, forget, index_for
+from dispatcher.tools.code.index import forget, index_for, note_modified
 from protocol.canonical import ToolUseBlock
 from tests.dispatcher.support import RecordingPublisher
 from tests.dispatcher.tools.support import run_tool
@@ -58,12 +58,12 @@ def big_repo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 class Session:
-    """A real dispatcher behind the tap the server puts in front of its bus,
+    """A real dispatcher wired to the code index as the server wires it,
     the built-in and code tools registered, and one yolo session."""
 
     def __init__(self, root: Path, session_id: str) -> None:
         self.events = RecordingPublisher()
-        self.dispatcher = ToolDispatcher(FilesModifiedTap(self.events))
+        self.dispatcher = ToolDispatcher(self.events, on_files_modified=note_modified)
         for factory in [*builtin_tool_factories(shell_enabled=False), *CODE_TOOLS]:
             self.dispatcher.register(factory)
         self.session = DispatchSession(
@@ -131,7 +131,7 @@ async def test_first_call_indexes_in_the_background_then_answers_and_follows_edi
     assert ("pkg099/added.py", 2) in [(r["file"], r["line"]) for r in refs["references"]]
 
     # ... and a patch_file renaming a definition moves it: only that file is
-    # re-read (the tap marked it), well inside the automatic interval.
+    # re-read (note_modified marked it), well inside the automatic interval.
     await s.call("patch_file", path="pkg050/mod05005.py", old_str="def func_5005(x):",
                  new_str="def renamed(x):")  # fmt: skip
     assert (await s.call("find_symbol", name="func_5005"))["definitions"] == []
@@ -174,7 +174,7 @@ async def test_the_tap_updates_edited_files_without_a_full_check(tmp_path: Path)
     (root / "a.py").write_text("def alpha():\n    pass\n")
     (root / "b.py").write_text("def beta():\n    pass\n")
     s = Session(root, "sess_tap")
-    # No automatic full check for an hour: only the tap can bring news.
+    # No automatic full check for an hour: only note_modified can bring news.
     s.session.tool_options = {"find_symbol": {"rescan_interval": 3600}}
     try:
         assert len((await s.call("find_symbol", name="alpha"))["definitions"]) == 1

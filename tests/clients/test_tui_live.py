@@ -23,8 +23,9 @@ FAST_RECONNECT = Backoff(attempts=300, initial=0.05, factor=1.5, max_delay=0.4)
 SIZE = (120, 40)
 
 
-async def until(pilot: Pilot[Any], check: Callable[[], Any], what: str, within: float = 15) -> Any:
-    """Let the app run until ``check()`` is truthy (bounded in time)."""
+async def until(pilot: Pilot[Any], check: Callable[[], Any], what: str, within: float = 60) -> Any:
+    """Let the app run until ``check()`` is truthy (bounded generously: a busy
+    machine is slow, and a passing test does not wait for the bound)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within
     while loop.time() < deadline:
@@ -33,6 +34,19 @@ async def until(pilot: Pilot[Any], check: Callable[[], Any], what: str, within: 
             return value
         await pilot.pause(0.05)
     raise AssertionError(f"TUI never reached: {what}")
+
+
+class StateRecordingTUI(ToolrelayTUI):
+    """The TUI, keeping every connection state its stream reports, so a test
+    sees a state however briefly it lasted."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.states: list[ConnectionState] = []
+
+    def _on_state(self, state: ConnectionState, detail: str) -> None:
+        self.states.append(state)
+        super()._on_state(state, detail)
 
 
 def tool_entry(app: ToolrelayTUI, tool_use_id: str) -> ToolCallEntry | None:
@@ -199,17 +213,22 @@ async def test_tui_reconnects_and_resumes_after_server_restart(
 ) -> None:
     server, sdk = own_server, own_sdk  # this test restarts its server
     session = await sdk.create_session(workspace)
-    seen_states: list[ConnectionState] = []
     async with tui_client(server) as client:
-        app = ToolrelayTUI(client, session_id=session.id, stream_backoff=FAST_RECONNECT)
+        app = StateRecordingTUI(client, session_id=session.id, stream_backoff=FAST_RECONNECT)
         async with app.run_test(size=SIZE) as pilot:
             await until(pilot, lambda: app.connection is ConnectionState.CONNECTED, "connected")
-            restart = asyncio.create_task(asyncio.to_thread(server.restart))
-            while not restart.done():
-                seen_states.append(app.connection)
-                await pilot.pause(0.05)
-            await restart
-            await until(pilot, lambda: app.connection is ConnectionState.CONNECTED, "reconnected")
+            connected_before = len(app.states)
+            await asyncio.to_thread(server.restart)
+            # The stream may notice the restart only once the new server is up:
+            # wait for its reconnect, not for a state seen during the restart.
+            await until(
+                pilot,
+                lambda: (
+                    ConnectionState.RECONNECTING in app.states[connected_before:]
+                    and app.connection is ConnectionState.CONNECTED
+                ),
+                "reconnected",
+            )
             turn_id = await sdk.send_tool_uses(session.id, [WRITE_A])
             screen = await until(
                 pilot,
@@ -227,7 +246,7 @@ async def test_tui_reconnects_and_resumes_after_server_restart(
             assert len(entries) == len(set(entries))
             starts = [k for k in entries if k.startswith("note:")]
             assert starts  # turn notes were drawn once each
-    assert ConnectionState.RECONNECTING in seen_states
+    assert ConnectionState.RECONNECTING in app.states[connected_before:]
     assert (workspace / "a.txt").read_text() == "hi"
 
 

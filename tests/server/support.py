@@ -14,7 +14,10 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 Event = dict[str, Any]
-WAIT = 10.0  # generous upper bound for anything a test waits on
+# Generous upper bound for anything a test waits on: waits poll or read until
+# their state arrives, so this only matters when the machine is slow (a busy
+# 2-core CI runner parses a 200 KB streamed argument in tens of seconds).
+WAIT = 60.0
 
 
 class Stream:

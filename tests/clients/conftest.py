@@ -70,7 +70,7 @@ async def sdk(server: ServerProcess) -> AsyncIterator[ToolrelayClient]:
 async def eventually(
     check: Callable[[], Any | Awaitable[Any]],
     *,
-    within: float = 15.0,
+    within: float = 60.0,
     step: float = 0.05,
     what: str = "condition",
 ) -> Any:

@@ -96,7 +96,7 @@ class Tmux:
     def screen(self) -> str:
         return self("capture-pane", "-p", "-J", "-t", "tui")
 
-    def wait_for(self, text: str, within: float = 20.0) -> str:
+    def wait_for(self, text: str, within: float = 60.0) -> str:
         """The screen's words joined by single spaces (the TUI wraps long
         lines itself), once ``text`` is among them."""
         deadline = time.monotonic() + within

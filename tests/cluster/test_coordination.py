@@ -36,8 +36,8 @@ from eventbus.cluster.log import EventDraft, RedisEventLog
 
 async def main() -> None:
     client = aioredis.Redis.from_url(sys.argv[2], decode_responses=True)
-    leases = Leases(client, "child", ttl_ms=300)
-    log = RedisEventLog(client, replica_id="child", lease_ttl_ms=300)
+    leases = Leases(client, "child", ttl_ms=1500)
+    log = RedisEventLog(client, replica_id="child", lease_ttl_ms=1500)
     # A session created and its turn started in one append (as a sub-agent's
     # are): the script takes the lease, then lists the turn.
     await log.append([
@@ -76,9 +76,11 @@ async def test_lapsed_lease_of_a_killed_owner_is_claimed_once(
             assert (await child.stdout.readline()).strip() == b"ready"
         assert await mine.owner_of("sess") == "child"
         assert not await mine.try_adopt("sess")
-        # Renewed every 100 ms: still held after several TTLs.
+        # Renewed every third of its TTL: still held after more than a TTL.
+        # The TTL leaves a busy machine a second of stall before the lease
+        # lapses for real (a shorter one failed there).
         for _ in range(3):
-            await asyncio.sleep(0.3)
+            await asyncio.sleep(0.6)
             assert await watchers[0].check() == []
         assert await mine.owner_of("sess") == "child"
         for watcher in watchers:

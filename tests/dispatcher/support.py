@@ -62,7 +62,7 @@ class RecordingPublisher:
     def first(self, type: str) -> Recorded:
         return next(e for e in self.events if e.type == type)
 
-    async def wait_for(self, type: str, count: int = 1, within: float = 5.0) -> Recorded:
+    async def wait_for(self, type: str, count: int = 1, within: float = 60.0) -> Recorded:
         async with asyncio.timeout(within):
             while True:
                 found = [e for e in self.events if e.type == type]

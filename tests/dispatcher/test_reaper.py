@@ -25,7 +25,7 @@ import pytest
 from dispatcher.reaper import MARKER_VAR, ChildReaper
 
 REPO = Path(__file__).resolve().parents[2]
-WAIT = 15.0
+WAIT = 60.0  # generous: polls return as soon as the state holds
 
 FAKE_SERVER = """
 import asyncio, subprocess, sys

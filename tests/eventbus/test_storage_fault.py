@@ -34,7 +34,7 @@ def uncap(log: EventLog) -> None:
     cap(log, 1 << 30)
 
 
-async def wait_for(predicate: Callable[[], bool], within: float = 10.0) -> None:
+async def wait_for(predicate: Callable[[], bool], within: float = 60.0) -> None:
     """Poll (bounded): the bus's state changes in its writer task and thread."""
     async with asyncio.timeout(within):
         while True:

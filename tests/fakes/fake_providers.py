@@ -458,7 +458,7 @@ class FakeProviderServer:
             self._unplanned = 0
 
     async def wait_for_outcome(
-        self, index: int, outcomes: set[str], *, within: float = 5.0
+        self, index: int, outcomes: set[str], *, within: float = 60.0
     ) -> RecordedRequest:
         """Wait (polling, bounded) until request ``index`` ended in one of ``outcomes``."""
         deadline = time.monotonic() + within

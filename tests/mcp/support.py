@@ -55,7 +55,7 @@ def http_server(cwd: Path) -> Iterator[str]:
             proc.wait(timeout=10)
 
 
-async def until(check: Callable[[], bool], within: float = 15.0) -> None:
+async def until(check: Callable[[], bool], within: float = 60.0) -> None:
     deadline = time.monotonic() + within
     while not check():
         if time.monotonic() > deadline:

@@ -23,7 +23,7 @@ import psutil
 import pytest
 
 REPO = Path(__file__).resolve().parents[3]
-WAIT = 15.0
+WAIT = 60.0  # generous: polls return as soon as the state holds
 
 FAKE_SERVER = """
 import asyncio, sys

@@ -31,7 +31,7 @@ def _gone(pid: int) -> bool:
         return True
 
 
-async def _wait_for(predicate: object, what: str, within: float = 10.0) -> None:
+async def _wait_for(predicate: object, what: str, within: float = 60.0) -> None:
     assert callable(predicate)
     async with asyncio.timeout(within):
         while not predicate():  # noqa: ASYNC110 - polls process state; no event exists

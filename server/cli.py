@@ -197,7 +197,8 @@ def _serve_locked(
         timeout_graceful_shutdown=int(config.server.shutdown_grace) or 1,
         server_header=False,
     )
-    warn_unconfined_users(config, tokens)  # logging is configured by now
+    # Logging is configured by now.
+    warn_unconfined_users(tokens, config.workspaces.allowed_roots)
     server = uvicorn.Server(uv_config)
     outcome = _Outcome()
     with contextlib.suppress(KeyboardInterrupt):

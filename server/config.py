@@ -36,6 +36,7 @@ from protocol.validation_errors import describe_errors, dotted_location, plain_m
 from server.agents import AgentConfig, check_agents
 from server.mcp_guard import check_hosts
 from server.origins import check_origins
+from server.roots import Protected, real
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
@@ -339,6 +340,11 @@ class Config(_Section):
     def source_files(self) -> tuple[str, ...]:
         return self._source_files
 
+    @property
+    def protected(self) -> Protected:
+        """What no workspace may touch (server/roots.py)."""
+        return Protected(str(self.data_dir), self.source_files)
+
 
 # TOOLRELAY_* variable -> dotted key it sets. TOOLRELAY_TOKEN is handled apart:
 # it adds a token instead of replacing a value.
@@ -390,11 +396,28 @@ def load_config(
         raise ConfigInvalid(_describe(exc, source, origins)) from None
     if path is not None:
         config._source_files = (os.path.realpath(os.path.expanduser(os.fspath(path))),)
-    # Imported here: server.roots builds on this module.
-    from server.roots import check_configured_roots
-
     check_configured_roots(config)
     return config
+
+
+def check_configured_roots(config: Config) -> None:
+    """ConfigInvalid naming the key of the first allowed root that is ``/``,
+    holds a protected path, or lies inside one (server/roots.py)."""
+    keyed: list[tuple[str, str]] = [
+        (f"workspaces.allowed_roots.{i}", r) for i, r in enumerate(config.workspaces.allowed_roots)
+    ]
+    for t_index, token in enumerate(config.auth.tokens):
+        keyed += [
+            (f"auth.tokens.{t_index}.allowed_roots.{i}", r)
+            for i, r in enumerate(token.allowed_roots)
+        ]
+    if config.model.scripts_dir is not None:
+        keyed.append(("model.scripts_dir", config.model.scripts_dir))
+    protected = config.protected
+    for key, root in keyed:
+        problem = protected.overlap(real(root))
+        if problem is not None:
+            raise ConfigInvalid(f"invalid configuration: {key}: {problem}")
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:

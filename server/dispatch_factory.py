@@ -33,7 +33,7 @@ from server.auth import GENERATED_TOKEN_NAME
 from server.config import Config
 from server.errors import Conflict
 from server.memory_service import memory_section
-from server.roots import is_within, protected_overlap, real
+from server.roots import is_within, real
 from server.session_access import SessionAccess, access_with_parents
 from server.store import SessionRecord
 
@@ -76,7 +76,7 @@ class DispatchSessionFactory:
         """A new DispatchSession for ``record``; Conflict when its workspace
         cannot be used any more (protected, gone, or hidden from the sandbox)."""
         cfg = self.config
-        problem = protected_overlap(real(record.workspace), cfg)
+        problem = cfg.protected.overlap(real(record.workspace))
         if problem is not None:
             # Stored before the protected paths were enforced: it gets no dispatcher.
             raise Conflict(

@@ -18,10 +18,13 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterable, Sequence
-
-from server.config import Config, ConfigInvalid, TokenConfig
+from dataclasses import dataclass
+from typing import Protocol
 
 log = logging.getLogger("toolrelay.auth")
+
+# This module reads no Config: server/config.py checks the configured roots
+# with it while loading, so the values it needs are handed in.
 
 
 def real(path: str) -> str:
@@ -36,61 +39,60 @@ def is_within(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
-def protected_paths(config: Config) -> list[tuple[str, str]]:
-    """(real path, what it is) of everything no workspace may touch."""
-    found = [(real(str(config.data_dir)), "the server's data dir")]
-    found += [(real(f), "a config file of the server") for f in config.source_files]
-    return found
+@dataclass(frozen=True)
+class Protected:
+    """What no workspace may touch: the data dir and the config files the
+    server read. Resolved on every check, as the paths may be links."""
+
+    data_dir: str
+    source_files: tuple[str, ...] = ()
+
+    def paths(self) -> list[tuple[str, str]]:
+        """(real path, what it is) of everything no workspace may touch."""
+        found = [(real(self.data_dir), "the server's data dir")]
+        found += [(real(f), "a config file of the server") for f in self.source_files]
+        return found
+
+    def overlap(self, root: str) -> str | None:
+        """Why the real directory ``root`` may not be a workspace (or an allowed
+        root), or None when it may. The message names the protected path."""
+        if root == os.sep:
+            return "the filesystem root / can never be a workspace (it holds the server's secrets)"
+        for path, what in self.paths():
+            if is_within(path, root):
+                return f"{root} contains {what} ({path})"
+            if is_within(root, path):
+                return f"{root} lies inside {what} ({path})"
+        return None
 
 
-def protected_overlap(root: str, config: Config) -> str | None:
-    """Why the real directory ``root`` may not be a workspace (or an allowed
-    root), or None when it may. The message names the protected path."""
-    if root == os.sep:
-        return "the filesystem root / can never be a workspace (it holds the server's secrets)"
-    for path, what in protected_paths(config):
-        if is_within(path, root):
-            return f"{root} contains {what} ({path})"
-        if is_within(root, path):
-            return f"{root} lies inside {what} ({path})"
-    return None
+class ConfinedToken(Protocol):
+    """What the roots rule reads of a token (server.config.TokenConfig)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def role(self) -> str: ...
+    @property
+    def allowed_roots(self) -> Sequence[str]: ...
 
 
-def token_roots(token: TokenConfig, config: Config) -> list[str]:
-    """The real roots confining ``token``: its own, then every token's."""
-    return [real(r) for r in (*token.allowed_roots, *config.workspaces.allowed_roots)]
+def token_roots(token: ConfinedToken, shared_roots: Sequence[str]) -> list[str]:
+    """The real roots confining ``token``: its own, then every token's
+    (``workspaces.allowed_roots``)."""
+    return [real(r) for r in (*token.allowed_roots, *shared_roots)]
 
 
-def check_configured_roots(config: Config) -> None:
-    """ConfigInvalid naming the key of the first allowed root that is ``/``,
-    holds a protected path, or lies inside one."""
-    keyed: list[tuple[str, str]] = [
-        (f"workspaces.allowed_roots.{i}", r) for i, r in enumerate(config.workspaces.allowed_roots)
-    ]
-    for t_index, token in enumerate(config.auth.tokens):
-        keyed += [
-            (f"auth.tokens.{t_index}.allowed_roots.{i}", r)
-            for i, r in enumerate(token.allowed_roots)
-        ]
-    for key, root in keyed:
-        problem = protected_overlap(real(root), config)
-        if problem is not None:
-            raise ConfigInvalid(f"invalid configuration: {key}: {problem}")
-    scripts_dir = config.model.scripts_dir
-    if scripts_dir is not None:
-        problem = protected_overlap(real(scripts_dir), config)
-        if problem is not None:
-            raise ConfigInvalid(f"invalid configuration: model.scripts_dir: {problem}")
-
-
-def unconfined_user_tokens(config: Config, tokens: Iterable[TokenConfig]) -> list[str]:
+def unconfined_user_tokens(
+    tokens: Iterable[ConfinedToken], shared_roots: Sequence[str]
+) -> list[str]:
     """Names of the user tokens without any allowed root: they cannot create sessions."""
-    return [t.name for t in tokens if t.role == "user" and not token_roots(t, config)]
+    return [t.name for t in tokens if t.role == "user" and not token_roots(t, shared_roots)]
 
 
-def warn_unconfined_users(config: Config, tokens: Sequence[TokenConfig]) -> None:
+def warn_unconfined_users(tokens: Sequence[ConfinedToken], shared_roots: Sequence[str]) -> None:
     """Say at start-up which user tokens cannot create sessions, and why."""
-    names = unconfined_user_tokens(config, tokens)
+    names = unconfined_user_tokens(tokens, shared_roots)
     if names:
         log.warning(
             "user token(s) %s cannot create sessions: no allowed roots are configured for "

@@ -34,7 +34,7 @@ from protocol.validation_errors import describe_errors
 from server.auth import Principal
 from server.config import Config
 from server.errors import Forbidden, InvalidRequest, NotFound
-from server.roots import is_within, protected_overlap, real
+from server.roots import is_within, real
 from server.session_access import (
     access_for,
     check_profile_only_tightens,
@@ -184,7 +184,7 @@ class SessionRegistry:
             raise InvalidRequest(f"workspace {workspace!r} does not exist", field="workspace")
         if not os.path.isdir(root):
             raise InvalidRequest(f"workspace {workspace!r} is not a directory", field="workspace")
-        problem = protected_overlap(root, self.config)
+        problem = self.config.protected.overlap(root)
         if problem is not None:
             raise InvalidRequest(
                 f"workspace {workspace!r} cannot be used: {problem}", field="workspace"

@@ -48,16 +48,27 @@ def policy_query(
     )
 
 
+def policy_mode(
+    session: DispatchSession, entry: RegisteredTool, rating: CallRating | None
+) -> ConfirmMode:
+    """The policy's mode for a call of ``entry`` rated ``rating``, the sandbox
+    floor applied: what ``decide`` keeps per session (session.PolicyModes)."""
+    policy = session.policy
+    mode = policy.mode_for(policy_query(session, entry, rating))
+    # The one place where "auto-approval is a privilege of the sandbox" holds.
+    return sandbox_floor(
+        mode, entry.definition.side_effects, sandboxed=session.sandbox is not None, policy=policy
+    )
+
+
 def decide(v: ValidatedCall) -> ConfirmMode:
     """The call's confirmation mode (module docstring); raises
     ToolPermissionDenied when the call may not run at all."""
     session, entry, derived = v.session, v.entry, v.call.derived
-    policy = session.policy
-    mode = policy.mode_for(policy_query(session, entry, derived.rating))
-    # The one place where "auto-approval is a privilege of the sandbox" holds.
-    mode = sandbox_floor(
-        mode, entry.definition.side_effects, sandboxed=session.sandbox is not None, policy=policy
-    )
+    key = (entry.name, entry.definition.side_effects, derived.rating)
+    mode = session.policy_modes.get(session, key)
+    if mode is None:
+        mode = session.policy_modes.modes[key] = policy_mode(session, entry, derived.rating)
     if derived.effects_ask is not None and mode is not ConfirmMode.DENY:
         mode = ConfirmMode.PROMPT
     if mode is ConfirmMode.DENY:

@@ -115,7 +115,10 @@ class PolicyQuery:
 
 
 class ConfirmationPolicy(Protocol):
-    """Decides the ConfirmMode of one call."""
+    """Decides the ConfirmMode of one call. The answer depends on the query
+    alone: a session keeps it per (tool, class, rating) for as long as the
+    policy is the session's (dispatcher/session.py, PolicyModes); a policy
+    that must answer otherwise is set on the session anew."""
 
     def mode_for(self, query: PolicyQuery) -> ConfirmMode: ...
 

@@ -61,6 +61,11 @@ class RegisteredTool:
     # The definition's output_schema compiled (same subset as inputs); None:
     # the tool declares none and any ``ToolOutput.data`` passes through.
     output_validator: CompiledValidator | None = None
+    # Whether the tool has its own ``prepare`` / ``rate`` (not BaseTool's,
+    # which return None): the stages skip a default one, which
+    # benchmarks/dispatch_overhead.py shows as a share of a no-op call.
+    prepares: bool = True
+    rates: bool = True
 
 
 class ProtocolToolAdapter(BaseTool):
@@ -225,6 +230,8 @@ class ToolRegistry:
             group=group,
             options_section=stateless.options_section or name,
             output_validator=output_validator,
+            prepares=_own(stateless, "prepare"),
+            rates=_own(stateless, "rate"),
         )
         self._tools[name] = entry
         return entry
@@ -241,6 +248,15 @@ class ToolRegistry:
 
     def entries(self) -> list[RegisteredTool]:
         return [self._tools[n] for n in sorted(self._tools)]
+
+
+def _own(stateless: BaseTool, method: str) -> bool:
+    """Whether ``stateless`` has a ``method`` of its own rather than BaseTool's
+    default (a plugin seen through ProtocolToolAdapter: whether it has one)."""
+    if isinstance(stateless, ProtocolToolAdapter):
+        # The adapter forwards a plugin's own rate, and never a prepare.
+        return method == "rate" and stateless._rate is not None
+    return getattr(type(stateless), method) is not getattr(BaseTool, method)
 
 
 def _effective_timeout(

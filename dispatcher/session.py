@@ -12,12 +12,57 @@ from dispatcher.pipeline.dry_run import PlannedAction
 from dispatcher.pipeline.guardrails import Guardrails, TurnCounter
 from dispatcher.pipeline.hooks import HookRunner
 from dispatcher.pipeline.profiles import Profile
-from dispatcher.policy import ConfirmationPolicy, RulePolicy
+from dispatcher.policy import ConfirmationPolicy, ConfirmMode, RulePolicy
 from dispatcher.sandbox import Sandbox
+from dispatcher.tool import CallRating
 from dispatcher.workspace import WorkspaceFileAPI
+from protocol.canonical import SideEffects
 
 DEFAULT_CONCURRENCY = 4
 DEFAULT_CONFIRMATION_TIMEOUT = 300.0
+
+# What a decision is kept under: the tool, its class, the call's rating.
+DecisionKey = tuple[str, SideEffects, CallRating | None]
+
+
+@dataclass(slots=True)
+class PolicyModes:
+    """The policy's mode for a call (``mode_for`` and the sandbox floor) kept
+    per (tool, class, rating), so a session's calls of one tool ask the
+    policy once (benchmarks/dispatch_overhead.py shows the per-call query
+    and floor as a share of a no-op call).
+
+    Invalidation: the kept modes hold only for the policy object, the
+    sandbox-or-not and the workspace object they were decided under; when
+    any of the three is another (a session's policy replaced, its sandbox
+    switched), ``get`` drops them all. A policy's ``mode_for`` must
+    therefore answer the same query the same way for as long as it is the
+    session's policy (ConfirmationPolicy says so). What depends on the call
+    itself (unknown effects, the profile's ``settle``) is never kept.
+    """
+
+    policy: ConfirmationPolicy | None = None
+    sandboxed: bool = False
+    workspace: WorkspaceFileAPI | None = None
+    modes: dict[DecisionKey, ConfirmMode] = field(default_factory=dict)
+
+    def get(self, session: DispatchSession, key: DecisionKey) -> ConfirmMode | None:
+        """The kept mode, or None (and every mode dropped if what they were
+        decided under changed)."""
+        sandboxed = session.sandbox is not None
+        if (
+            session.policy is not self.policy
+            or sandboxed is not self.sandboxed
+            or session.workspace is not self.workspace
+        ):
+            self.modes.clear()
+            self.policy, self.sandboxed, self.workspace = (
+                session.policy,
+                sandboxed,
+                session.workspace,
+            )
+            return None
+        return self.modes.get(key)
 
 
 @dataclass(slots=True)
@@ -62,6 +107,8 @@ class DispatchSession:
     # turn_id -> distinct paths modified (guardrails.max_files_modified);
     # dropped by ToolDispatcher.end_turn.
     turn_counters: dict[str, TurnCounter] = field(default_factory=dict)
+    # The policy's decisions, kept per tool and rating (see PolicyModes).
+    policy_modes: PolicyModes = field(default_factory=PolicyModes)
     semaphore: asyncio.Semaphore = field(init=False)
 
     def __post_init__(self) -> None:

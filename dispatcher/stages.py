@@ -157,7 +157,7 @@ async def pre_hooks(v: ValidatedCall, hooks: HookRunner) -> ValidatedCall | None
 def prepare(v: ValidatedCall) -> None:
     """The tool's per-call preparation, made once and shared by every later stage."""
     derived = v.call.derived
-    if derived.prepared is not None:
+    if derived.prepared is not None or not v.entry.prepares:
         return
     try:
         derived.prepared = v.entry.stateless.prepare(v.input, v.session.workspace)
@@ -170,6 +170,8 @@ def prepare(v: ValidatedCall) -> None:
 
 def rate(v: ValidatedCall) -> None:
     """The call's rating (safe, dev, dangerous) for the confirmation policy."""
+    if not v.entry.rates:
+        return  # None: judged by the declared side effects
     derived = v.call.derived
     try:
         derived.rating = v.entry.stateless.rate(

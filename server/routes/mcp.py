@@ -6,15 +6,15 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from server.routes.deps import PrincipalDep, ServicesDep
+from server.routes.deps import McpDep, PrincipalDep
 
 router = APIRouter(tags=["mcp"])
 
 
 @router.get("/mcp-servers")
-async def mcp_servers(runtime: ServicesDep, principal: PrincipalDep) -> list[dict[str, Any]]:
+async def mcp_servers(mcp: McpDep, principal: PrincipalDep) -> list[dict[str, Any]]:
     """``[{name, transport, state, error?, tools, skipped, restarts}]``; ``state`` is
     ``connecting``, ``ready``, ``failed`` (with ``error`` and ``next_retry_s``) or
     ``stopped``; ``skipped`` names each tool whose schema could not be expressed,
     with the construct and its JSON pointer."""
-    return runtime.mcp.states() if runtime.mcp is not None else []
+    return mcp.states() if mcp is not None else []

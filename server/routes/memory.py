@@ -20,14 +20,12 @@ from dispatcher.memory import Memory, MemoryNotFound, MemoryService, announce_ch
 from protocol.catalog import EventType
 from server.errors import NotFound, StorageUnavailable
 from server.memory_service import announcer
-from server.routes.deps import PrincipalDep, ServicesDep
-from server.runtime import Services
+from server.routes.deps import BusDep, MemoryDep, PrincipalDep, StoreDep
 
 router = APIRouter(tags=["memory"])
 
 
-def _store(runtime: Services) -> MemoryService:
-    store = runtime.memory_store
+def _open(store: MemoryService | None) -> MemoryService:
     if store is None:
         raise StorageUnavailable("the memory store is not open")
     return store
@@ -35,14 +33,14 @@ def _store(runtime: Services) -> MemoryService:
 
 @router.get("/memory")
 async def list_memories(
-    runtime: ServicesDep,
+    memory: MemoryDep,
     principal: PrincipalDep,
     workspace: str | None = Query(None, description="A workspace path (its real path is used)."),
     owner: str | None = Query(None, description="Admin only: one user's memories."),
     limit: int = Query(500, ge=1, le=5000),
 ) -> dict[str, Any]:
     """The memories this token may see, oldest first."""
-    store = _store(runtime)
+    store = _open(memory)
     scope_owner = owner if principal.is_admin else principal.token_name
 
     def read() -> list[Memory]:
@@ -54,18 +52,24 @@ async def list_memories(
 
 
 @router.delete("/memory/{memory_id}", status_code=204)
-async def delete_memory(memory_id: str, runtime: ServicesDep, principal: PrincipalDep) -> Response:
+async def delete_memory(
+    memory_id: str,
+    memory_store: MemoryDep,
+    sessions_store: StoreDep,
+    bus: BusDep,
+    principal: PrincipalDep,
+) -> Response:
     """Forget one memory (a user token: only its own)."""
-    store = _store(runtime)
+    store = _open(memory_store)
     owner = None if principal.is_admin else principal.token_name
     try:
         memory = await asyncio.to_thread(store.delete, memory_id, owner=owner)
     except MemoryNotFound:
         raise NotFound(f"memory {memory_id!r} not found") from None
     # Announced on the stream of the session that wrote it, while that exists.
-    if memory.session_id and runtime.store.get_session(memory.session_id) is not None:
+    if memory.session_id and sessions_store.get_session(memory.session_id) is not None:
         announce_change(
-            announcer(runtime.bus, memory.session_id),
+            announcer(bus, memory.session_id),
             EventType.MEMORY_DELETED,
             memory,
             None,

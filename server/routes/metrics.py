@@ -8,7 +8,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from server.errors import Forbidden
 from server.responses import error_responses
-from server.routes.deps import PrincipalDep, ServicesDep
+from server.routes.deps import MetricsDep, PrincipalDep
 
 router = APIRouter(tags=["system"])
 
@@ -21,14 +21,13 @@ router = APIRouter(tags=["system"])
         **error_responses(403, s403="Not an admin token"),
     },
 )
-async def metrics(request: Request, runtime: ServicesDep, principal: PrincipalDep) -> Response:
+async def metrics(request: Request, metrics: MetricsDep, principal: PrincipalDep) -> Response:
     """Every metric of this server (see the README's "Operators" section).
 
     Admin only: the figures span every user's sessions. Prometheus sends the
     token with ``authorization: {type: Bearer, credentials_file: ...}``."""
     if not principal.is_admin:
         raise Forbidden("/metrics needs an admin token")
-    metrics = runtime.observer.metrics
     await metrics.refresh()
     # The Prometheus text format, or OpenMetrics when the scraper asks for it.
     body, content_type = metrics.render(request.headers.get("accept"))

@@ -9,9 +9,15 @@ from fastapi import APIRouter, Response
 from dispatcher.pipeline.hooks import HookEvent
 from server.errors import Conflict
 from server.responses import error_responses
-from server.routes.deps import PrincipalDep, ServicesDep
-from server.runtime import Services
+from server.routes.deps import (
+    ClusterDep,
+    DispatcherDep,
+    PresenceDep,
+    PrincipalDep,
+    SessionsDep,
+)
 from server.schemas import CreateSession, SessionInfo
+from server.session_registry import SessionRegistry
 from server.store import SessionRecord
 from server.turn_pipeline import run_hooks
 
@@ -31,10 +37,9 @@ router = APIRouter(tags=["sessions"])
     },
 )
 async def create_session(
-    body: CreateSession, runtime: ServicesDep, principal: PrincipalDep
+    body: CreateSession, sessions: SessionsDep, cluster: ClusterDep, principal: PrincipalDep
 ) -> dict[str, Any]:
     """Create a session on an existing workspace directory."""
-    sessions = runtime.sessions
     record = await sessions.create(
         principal,
         workspace=body.workspace,
@@ -45,50 +50,52 @@ async def create_session(
         profile=body.profile,
         dry_run=body.dry_run,
     )
-    await _session_hooks(runtime, record, HookEvent.SESSION_START)
-    if runtime.cluster is not None:  # this replica owns it: lease + directory entry
-        await runtime.cluster.session_created(record)
+    await _session_hooks(sessions, record, HookEvent.SESSION_START)
+    if cluster is not None:  # this replica owns it: lease + directory entry
+        await cluster.session_created(record)
     return sessions.to_json(record)
 
 
-async def _session_hooks(runtime: Services, record: SessionRecord, event: HookEvent) -> None:
+async def _session_hooks(
+    sessions: SessionRegistry, record: SessionRecord, event: HookEvent
+) -> None:
     """session_start / session_end hooks (awaited: the answer comes after
     them; a failing hook only warns). A session whose workspace cannot be
     used any more has no dispatcher view, and no hooks run for it."""
     try:
-        dispatch = runtime.sessions.dispatch_session(record)
+        dispatch = sessions.dispatch_session(record)
     except Conflict:
         return
     await run_hooks(dispatch, event)
 
 
 @router.get("/sessions")
-async def list_sessions(runtime: ServicesDep, principal: PrincipalDep) -> dict[str, Any]:
+async def list_sessions(
+    sessions: SessionsDep, cluster: ClusterDep, principal: PrincipalDep
+) -> dict[str, Any]:
     """The sessions this token may see (admin: all; user: its own)."""
-    sessions = runtime.sessions
     listed = [sessions.to_json(r) for r in sessions.list_visible(principal)]
-    if runtime.cluster is not None:  # and those other replicas own
-        listed += await runtime.cluster.remote_sessions(principal, {s["id"] for s in listed})
+    if cluster is not None:  # and those other replicas own
+        listed += await cluster.remote_sessions(principal, {s["id"] for s in listed})
     return {"sessions": listed}
 
 
 @router.get("/sessions/{session_id}", responses={200: {"model": SessionInfo}})
 async def get_session(
-    session_id: str, runtime: ServicesDep, principal: PrincipalDep
+    session_id: str, sessions: SessionsDep, principal: PrincipalDep
 ) -> dict[str, Any]:
-    sessions = runtime.sessions
     return sessions.to_json(sessions.get(principal, session_id))
 
 
 @router.delete("/sessions/{session_id}", status_code=204)
 async def delete_session(
-    session_id: str, runtime: ServicesDep, principal: PrincipalDep
+    session_id: str, sessions: SessionsDep, principal: PrincipalDep
 ) -> Response:
     """Delete a session; session_end hooks run first (in its workspace,
     while it still has one), then a running turn is cancelled."""
-    record = runtime.sessions.get(principal, session_id)
-    await _session_hooks(runtime, record, HookEvent.SESSION_END)
-    await runtime.sessions.delete(principal, session_id)
+    record = sessions.get(principal, session_id)
+    await _session_hooks(sessions, record, HookEvent.SESSION_END)
+    await sessions.delete(principal, session_id)
     return Response(status_code=204)
 
 
@@ -97,13 +104,12 @@ async def delete_session(
     responses=error_responses(409, s409="The session's workspace can no longer be used"),
 )
 async def session_tools(
-    session_id: str, runtime: ServicesDep, principal: PrincipalDep
+    session_id: str, sessions: SessionsDep, dispatcher: DispatcherDep, principal: PrincipalDep
 ) -> dict[str, Any]:
     """Definitions of the tools the session can call, each with its
     effective call timeout (``timeout_s``)."""
-    sessions = runtime.sessions
     record = sessions.get(principal, session_id)
-    entries = runtime.dispatcher.entries_for(sessions.dispatch_session(record))
+    entries = dispatcher.entries_for(sessions.dispatch_session(record))
     return {
         "tools": [{**e.definition.model_dump(mode="json"), "timeout_s": e.timeout} for e in entries]
     }
@@ -111,20 +117,23 @@ async def session_tools(
 
 @router.get("/sessions/{session_id}/messages")
 async def session_messages(
-    session_id: str, runtime: ServicesDep, principal: PrincipalDep
+    session_id: str, sessions: SessionsDep, principal: PrincipalDep
 ) -> dict[str, Any]:
     """The conversation, in order."""
-    sessions = runtime.sessions
     record = sessions.get(principal, session_id)
     return {"messages": [m.to_json() for m in sessions.messages(record)]}
 
 
 @router.get("/sessions/{session_id}/clients")
 async def session_clients(
-    session_id: str, runtime: ServicesDep, principal: PrincipalDep
+    session_id: str,
+    sessions: SessionsDep,
+    cluster: ClusterDep,
+    presence: PresenceDep,
+    principal: PrincipalDep,
 ) -> dict[str, Any]:
     """Who is attached to the session's event stream right now."""
-    runtime.sessions.get(principal, session_id)
-    if runtime.cluster is not None:  # every replica's clients (forwarded to the owner)
-        return {"clients": await runtime.cluster.clients(session_id)}
-    return {"clients": [a.to_json() for a in runtime.presence.clients(session_id)]}
+    sessions.get(principal, session_id)
+    if cluster is not None:  # every replica's clients (forwarded to the owner)
+        return {"clients": await cluster.clients(session_id)}
+    return {"clients": [a.to_json() for a in presence.clients(session_id)]}

@@ -11,7 +11,7 @@ import clients
 from server.cluster_routing import default_replica_id
 from server.errors import NotFound
 from server.responses import AsciiJSONResponse
-from server.routes.deps import ServicesDep
+from server.routes.deps import ClusterDep, HealthDep
 
 router = APIRouter(tags=["system"])
 
@@ -28,16 +28,16 @@ DASHBOARD_DIR = Path(clients.__file__).resolve().parent / "dashboard" / "static"
         }
     },
 )
-async def healthz(runtime: ServicesDep) -> AsciiJSONResponse:
+async def healthz(health_of: HealthDep, cluster: ClusterDep) -> AsciiJSONResponse:
     """200 ``ok`` while the server accepts work; 503 ``degraded`` with the cause
     while its storage fails (it resumes by itself), ``failed`` once it cannot
     continue (it is exiting), ``stopping`` during shutdown."""
-    health = runtime.health()
+    health = health_of()
     # Which replica answered (cluster mode: and whether it reaches Redis).
-    if runtime.cluster is None:
+    if cluster is None:
         health["replica_id"] = default_replica_id()
     else:
-        health.update(await runtime.cluster.health())
+        health.update(await cluster.health())
         if health["redis"] != "ok" and health["status"] == "ok":
             health.update(status="degraded", cause="redis: unreachable")
     return AsciiJSONResponse(health, status_code=200 if health["status"] == "ok" else 503)

@@ -9,7 +9,7 @@ from fastapi import APIRouter
 from dispatcher import UnknownConfirmation
 from server.errors import Conflict, NotFound
 from server.responses import AsciiJSONResponse, error_responses
-from server.routes.deps import PrincipalDep, ServicesDep
+from server.routes.deps import BrokerDep, PrincipalDep, SessionsDep, StoreDep, TurnsDep
 from server.schemas import AnswerConfirmation, CreateTurn
 
 router = APIRouter(tags=["turns"])
@@ -27,30 +27,36 @@ router = APIRouter(tags=["turns"])
     ),
 )
 async def create_turn(
-    session_id: str, body: CreateTurn, runtime: ServicesDep, principal: PrincipalDep
+    session_id: str,
+    body: CreateTurn,
+    sessions: SessionsDep,
+    turns: TurnsDep,
+    principal: PrincipalDep,
 ) -> dict[str, Any]:
     """Start a turn; it runs in the background. 409 while another turn runs."""
-    record = runtime.sessions.get(principal, session_id)
-    turn = runtime.turns.start(principal, record, body.stored())
+    record = sessions.get(principal, session_id)
+    turn = turns.start(principal, record, body.stored())
     return {"turn_id": turn.id, "session_id": record.id, "status": turn.status}
 
 
 @router.get("/sessions/{session_id}/turns")
 async def list_turns(
-    session_id: str, runtime: ServicesDep, principal: PrincipalDep
+    session_id: str,
+    sessions: SessionsDep,
+    turns: TurnsDep,
+    store: StoreDep,
+    principal: PrincipalDep,
 ) -> dict[str, Any]:
-    record = runtime.sessions.get(principal, session_id)
-    turns = runtime.turns
-    return {"turns": [turns.to_json(t) for t in runtime.store.list_turns(record.id)]}
+    record = sessions.get(principal, session_id)
+    return {"turns": [turns.to_json(t) for t in store.list_turns(record.id)]}
 
 
 @router.get("/sessions/{session_id}/turns/{turn_id}")
 async def get_turn(
-    session_id: str, turn_id: str, runtime: ServicesDep, principal: PrincipalDep
+    session_id: str, turn_id: str, sessions: SessionsDep, turns: TurnsDep, principal: PrincipalDep
 ) -> dict[str, Any]:
     """Status and, once it ended, the tool results."""
-    record = runtime.sessions.get(principal, session_id)
-    turns = runtime.turns
+    record = sessions.get(principal, session_id)
     return turns.to_json(turns.get(record, turn_id))
 
 
@@ -62,23 +68,22 @@ async def get_turn(
     },
 )
 async def cancel_turn(
-    session_id: str, turn_id: str, runtime: ServicesDep, principal: PrincipalDep
+    session_id: str, turn_id: str, sessions: SessionsDep, turns: TurnsDep, principal: PrincipalDep
 ) -> AsciiJSONResponse:
     """Cancel the turn's tools and pending confirmations. 200 once the turn has
     ended (status ``cancelled``), 202 if it is still winding down."""
-    record = runtime.sessions.get(principal, session_id)
-    turns = runtime.turns
+    record = sessions.get(principal, session_id)
     turn, ended = await turns.cancel(principal, record, turn_id)
     return AsciiJSONResponse(turns.to_json(turn), status_code=200 if ended else 202)
 
 
 @router.get("/sessions/{session_id}/confirmations")
 async def pending_confirmations(
-    session_id: str, runtime: ServicesDep, principal: PrincipalDep
+    session_id: str, sessions: SessionsDep, broker: BrokerDep, principal: PrincipalDep
 ) -> dict[str, Any]:
     """Confirmation requests still waiting for an answer, oldest first."""
-    record = runtime.sessions.get(principal, session_id)
-    pending = runtime.dispatcher.broker.pending(record.id)
+    record = sessions.get(principal, session_id)
+    pending = broker.pending(record.id)
     return {
         "confirmations": [
             {**r.event_data(), "session_id": r.session_id, "turn_id": r.turn_id} for r in pending
@@ -97,13 +102,13 @@ async def answer_confirmation(
     turn_id: str,
     request_id: str,
     body: AnswerConfirmation,
-    runtime: ServicesDep,
+    sessions: SessionsDep,
+    broker: BrokerDep,
     principal: PrincipalDep,
 ) -> dict[str, Any]:
     """Answer a confirmation request. The first answer wins (200); every later
     one gets 409 with the winning decision."""
-    runtime.sessions.get(principal, session_id)
-    broker = runtime.dispatcher.broker
+    sessions.get(principal, session_id)
     request = broker.get(request_id)
     if request is None or request.session_id != session_id or request.turn_id != turn_id:
         raise NotFound(

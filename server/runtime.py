@@ -221,7 +221,7 @@ class Services:
             publisher=bus,
             # dispatch_subagent's worker sessions (server/subagents.py).
             subagent_runner=SubagentService(
-                cfg,
+                cfg.agents,
                 store=lambda: self.store,
                 bus=lambda: self.bus,
                 turns=lambda: self.turns,
@@ -297,14 +297,15 @@ class Services:
     async def _start_sandbox(self) -> None:
         """Probe the sandbox (blocking: in a worker thread) and start the child
         reaper, so unsandboxed children die with the server from the first one."""
-        setting = self.config.workspaces.shell.sandbox
+        cfg = self.config
+        setting = cfg.workspaces.shell.sandbox
         try:
             self.sandbox_config, self.sandbox_reason = await asyncio.to_thread(
                 configure,
                 setting,
                 self.hidden_paths(),
-                files=sandbox_files(self.config),
-                unasked=unasked_runners(self.config),
+                files=sandbox_files(cfg.guardrails, cfg.workspaces.shell),
+                unasked=unasked_runners(cfg.hooks, cfg.guardrails, cfg.mcp_servers),
             )
         except SandboxUnavailable as exc:
             raise ConfigInvalid(str(exc)) from None

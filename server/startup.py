@@ -31,10 +31,14 @@ import errno
 import fcntl
 import os
 import socket
+from collections.abc import Mapping
 from pathlib import Path
 
+from dispatcher.mcp.config import McpServerConfig
+from dispatcher.pipeline.guardrails import GuardrailConfig
+from dispatcher.pipeline.hooks import HooksConfig
 from dispatcher.sandbox_files import WorkspaceGlobs
-from server.config import Config
+from server.config import ShellSection
 
 LOCK_FILE = "lock"
 
@@ -131,26 +135,28 @@ class DataDirLock:
             _remove_dirs(self._created)
 
 
-def sandbox_files(config: Config) -> WorkspaceGlobs:
+def sandbox_files(guardrails: GuardrailConfig, shell: ShellSection) -> WorkspaceGlobs:
     """The workspace globs every sandbox mounts read-only (the guardrails'
     ``protected_files``) or hides (``workspaces.shell.sandbox_hide_files``)."""
     return WorkspaceGlobs(
-        read_only=tuple(config.guardrails.protected_files),
-        hidden=tuple(config.workspaces.shell.sandbox_hide_files),
+        read_only=tuple(guardrails.protected_files),
+        hidden=tuple(shell.sandbox_hide_files),
     )
 
 
-def unasked_runners(config: Config) -> list[str]:
+def unasked_runners(
+    hooks: HooksConfig,
+    guardrails: GuardrailConfig,
+    mcp_servers: Mapping[str, McpServerConfig],
+) -> list[str]:
     """The config keys of what runs workspace content with nobody asked:
     hooks, quality gates and stdio MCP servers."""
     found: list[str] = []
-    if config.hooks.configured:
+    if hooks.configured:
         found.append("hooks")
-    if config.guardrails.quality_gates:
+    if guardrails.quality_gates:
         found.append("guardrails.quality_gates")
-    found += [
-        f"mcp_servers.{name}" for name, server in config.mcp_servers.items() if server.command
-    ]
+    found += [f"mcp_servers.{name}" for name, server in mcp_servers.items() if server.command]
     return found
 
 

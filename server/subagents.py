@@ -50,16 +50,15 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from dispatcher.errors import ToolExecutionError, ToolPermissionDenied, ToolValidationFailed
 from dispatcher.tools.agents import SubagentReport, SubagentRequest, SubagentStatus
 from eventbus import Bus, EventBusError, SubscriberTooSlow
 from eventbus.subscription import Subscription
-from server.agents import UnknownAgent, resolve_agent, subagent_types
+from server.agents import AgentConfig, UnknownAgent, resolve_agent, subagent_types
 from server.auth import Principal
-from server.config import Config
 from server.errors import ApiError
 from server.session_registry import publish_session_created
 from server.store import SessionRecord, Store, TurnRecord, TurnStatus
@@ -170,19 +169,20 @@ class SubagentService:
 
     def __init__(
         self,
-        config: Config,
+        agents: Mapping[str, AgentConfig],
         *,
         store: Callable[[], Store],
         bus: Callable[[], Bus],
         turns: Callable[[], TurnSupervisor],
-        budgets: TreeBudgets | None = None,
+        budgets: TreeBudgets,
     ) -> None:
-        self.config = config
+        # The configured agents (``agents``): which of them may be sub-agents.
+        self._agents = agents
         self._store = store
         self._bus = bus
         self._turns = turns
         # The same ledgers the agent loop's turns reserve from (server/runtime.py).
-        self._budgets = budgets or TreeBudgets(config.limits, store)
+        self._budgets = budgets
 
     async def run(self, request: SubagentRequest, cancel: asyncio.Event) -> SubagentReport:
         parent = self._store().get_session(request.parent_session_id)
@@ -191,9 +191,9 @@ class SubagentService:
         if parent.parent_session_id is not None:
             raise ToolPermissionDenied("a sub-agent cannot dispatch sub-agents")
         agent_type = request.agent_type
-        known = subagent_types(self.config.agents)
+        known = subagent_types(self._agents)
         try:
-            agent = resolve_agent(agent_type, self.config.agents)
+            agent = resolve_agent(agent_type, self._agents)
         except UnknownAgent:
             agent = None
         if agent is None or not agent.config.subagent:

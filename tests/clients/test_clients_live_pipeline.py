@@ -127,7 +127,7 @@ async def first_child_events(client: ToolrelayClient, session_id: str, turn_id: 
     """The sub-agent sessions in the order their first event reached the
     parent's stream, read from the log up to the end of ``turn_id``."""
     order: list[str] = []
-    async with asyncio.timeout(15), client.events(session_id, after=0) as stream:
+    async with asyncio.timeout(60), client.events(session_id, after=0) as stream:
         async for event in stream:
             child = field_of(event.data, "subagent_session_id")
             if isinstance(child, str) and child not in order:

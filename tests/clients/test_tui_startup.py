@@ -144,7 +144,7 @@ async def test_tui_in_tmux_shows_why_a_turn_failed(
     assert "cannot read script" in record["message"]
     assert (await sdk.get_turn(session.id, turn_id)).message == record["message"]
     with pytest.raises(TurnEndedFailed) as caught:
-        await sdk.wait_for_turn(session.id, turn_id, within=20, raise_on_failure=True)
+        await sdk.wait_for_turn(session.id, turn_id, within=60, raise_on_failure=True)
     assert caught.value.reason == "model_error"
     assert caught.value.failure and "cannot read script" in caught.value.failure
     assert caught.value.details.get("error_kind") == "config"

@@ -62,7 +62,7 @@ async def test_tool_ignoring_cancellation_is_abandoned_after_grace(
     await publisher.wait_for("tool.called")
     with caplog.at_level(logging.WARNING, logger="toolrelay.dispatcher"):
         await dispatcher.cancel_session_tools(session.session_id)
-        result = await asyncio.wait_for(task, 5)
+        result = await asyncio.wait_for(task, 60)
     assert result.is_error and "abandoned" in result.text()
     assert publisher.events[-1].data["error_class"] == "cancelled"
     assert any("abandoning" in r.getMessage() for r in caplog.records)

@@ -76,7 +76,7 @@ async def test_a_confirmed_call_publishes_each_event_once_in_order(
     job = asyncio.ensure_future(dispatcher.dispatch(_use("echo", {"text": "x"}), ask, turn_id="t"))
     requested = await publisher.wait_for("tool.confirmation_requested")
     dispatcher.broker.resolve(requested.data["request_id"], "allow", resolved_by="a")
-    result = await asyncio.wait_for(job, 5)
+    result = await asyncio.wait_for(job, 60)
     assert not result.is_error
     assert publisher.types("tu_1") == [
         "tool.confirmation_requested",

@@ -225,7 +225,7 @@ async def test_session_cancel_with_a_tool_that_catches_it(setup: Any) -> None:
     task = asyncio.create_task(dispatcher.dispatch(use("catches"), session, turn_id="t"))
     await publisher.wait_for("tool.called")
     await dispatcher.cancel_session_tools("s")
-    async with asyncio.timeout(5):
+    async with asyncio.timeout(60):
         result = await task
     assert result.is_error  # cancelled, with what it had
     assert publisher.first("tool.failed").data["error_class"] == "cancelled"

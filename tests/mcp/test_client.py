@@ -197,7 +197,7 @@ async def test_write_tool_asks_and_runs_after_allow(
     asked = await publisher.wait_for("tool.confirmation_requested")
     assert '"name": "n.txt"' in asked.data["preview"]["text"] or "n.txt" in str(asked.data)
     dispatcher.broker.resolve(asked.data["request_id"], "allow", resolved_by="test")
-    result = await asyncio.wait_for(call, 20)
+    result = await asyncio.wait_for(call, 60)
     assert not result.is_error
     assert (server_dir / "n.txt").read_text() == "x"
 
@@ -214,7 +214,7 @@ async def test_cancel_sends_cancellation_to_the_server(
     )
     await publisher.wait_for("tool.output_delta")  # progress arrived: it is running
     await dispatcher.cancel_session_tools("sess_1")
-    result = await asyncio.wait_for(call, 20)
+    result = await asyncio.wait_for(call, 60)
     assert result.is_error
     assert publisher.events[-1].data["error_class"] == "cancelled"
     await until(lambda: (server_dir / "cancelled.txt").exists())
@@ -274,7 +274,7 @@ async def test_undeclared_side_effects_are_network_and_ask(
         dispatcher.broker.resolve(
             asked.data["request_id"], "deny", resolved_by="test", message="not now"
         )
-        result = await asyncio.wait_for(call, 20)
+        result = await asyncio.wait_for(call, 60)
         assert result.is_error and "not now" in texts(result)
     finally:
         await manager.stop()

@@ -184,7 +184,7 @@ async def test_confirmation_answered_over_http_while_the_mcp_call_waits(
             await asyncio.sleep(0.05)
         [request] = pending
         assert request["tool_name"] == "write_file" and request["turn_id"].startswith("mcp_")
-        await until(lambda: any("waiting for confirmation" in m for m in messages), within=20)
+        await until(lambda: any("waiting for confirmation" in m for m in messages), within=60)
         assert not call.done()
         r = await http.post(
             f"/sessions/{sid}/turns/{request['turn_id']}/confirmations/{request['request_id']}",

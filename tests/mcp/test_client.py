@@ -17,7 +17,7 @@ from protocol.canonical import ImageBlock, SideEffects, TextBlock, ToolUseBlock
 from tests.dispatcher.support import RecordingPublisher
 from tests.mcp.support import http_server, stdio_command, until
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = pytest.mark.timeout(300)
 
 
 def stdio_config(cwd: Path, **extra: Any) -> McpServerConfig:

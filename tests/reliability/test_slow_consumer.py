@@ -46,6 +46,7 @@ def _small_buffer_socket(port: int) -> socket.socket:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # about 40 s on a busy 2-core runner
 async def test_a_stuck_subscriber_is_cut_and_resumes_while_others_keep_up(
     server_factory: ServerFactory, workspace: Path
 ) -> None:

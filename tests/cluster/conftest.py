@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-STEP_TIMEOUT = 20.0
-START_TIMEOUT = 10.0
+STEP_TIMEOUT = 60.0
+START_TIMEOUT = 30.0
 
 
 def _die_with_parent() -> None:

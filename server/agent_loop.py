@@ -51,16 +51,23 @@ import os
 import sys
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from adapters.base import ModelAdapter, ModelSettings
 from adapters.clients import ProviderClients, SharedClientAdapter
 from adapters.errors import AdapterError, AdapterMisconfigured
 from adapters.registry import ADAPTER_MODULES, create_adapter, default_model, parse_model
+from dispatcher.pipeline.budget import LimitsConfig
 from protocol.canonical import Message, TextBlock
 from server.agent_turn import AgentTurn, append_message, failed_outcome, model_failure
-from server.agents import BUILD_PROMPT, UnknownAgent, prompt_memories, resolve_agent
-from server.config import Config
+from server.agents import (
+    BUILD_PROMPT,
+    AgentConfig,
+    UnknownAgent,
+    prompt_memories,
+    resolve_agent,
+)
+from server.config import ModelSection
 from server.store import SessionRecord, Store, TurnFailureReason
 from server.tree_budget import TreeBudgets
 from server.turns import RunnerParts, TurnContext, TurnOutcome
@@ -71,6 +78,17 @@ if TYPE_CHECKING:
 log = logging.getLogger("toolrelay.agent")
 
 AdapterFactory = Callable[[str], ModelAdapter]
+
+
+class LoopConfig(Protocol):
+    """The configuration sections the agent loop reads (a ``Config`` is one)."""
+
+    @property
+    def model(self) -> ModelSection: ...
+    @property
+    def agents(self) -> Mapping[str, AgentConfig]: ...
+    @property
+    def limits(self) -> LimitsConfig: ...
 
 
 class AgentLoop:
@@ -89,7 +107,7 @@ class AgentLoop:
 
     def __init__(
         self,
-        config: Config,
+        config: LoopConfig,
         store: Store,
         *,
         env: Mapping[str, str] | None = None,

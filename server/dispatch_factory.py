@@ -18,26 +18,46 @@ workspace. Admin tokens' sessions see the host as before.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from dispatcher import DispatchSession, WorkspaceFileAPI
 from dispatcher.memory import MemoryService
-from dispatcher.pipeline.guardrails import Guardrails
-from dispatcher.pipeline.hooks import HookRunner
+from dispatcher.pipeline.guardrails import GuardrailConfig, Guardrails
+from dispatcher.pipeline.hooks import HookRunner, HooksConfig
 from dispatcher.pipeline.profiles import UnknownProfile
 from dispatcher.publisher import EventPublisher
 from dispatcher.sandbox import Isolation, Sandbox, SandboxConfig, SandboxUnavailable
 from dispatcher.tools.agents import AGENTS_SECTION, SubagentRunner
 from server.agents import UnknownAgent
 from server.auth import GENERATED_TOKEN_NAME
-from server.config import Config
+from server.config import AuthSection, DispatcherSection, WorkspacesSection
 from server.errors import Conflict
 from server.memory_service import memory_section
-from server.roots import is_within, real
-from server.session_access import SessionAccess, access_with_parents
+from server.roots import Protected, is_within, real
+from server.session_access import AccessConfig, SessionAccess, access_with_parents
 from server.store import SessionRecord
 
 SHELL_SECTION = "shell"
+
+
+class FactoryConfig(AccessConfig, Protocol):
+    """The configuration sections a session's dispatcher view is built from
+    (a ``Config`` is one)."""
+
+    @property
+    def guardrails(self) -> GuardrailConfig: ...
+    @property
+    def hooks(self) -> HooksConfig: ...
+    @property
+    def workspaces(self) -> WorkspacesSection: ...
+    @property
+    def auth(self) -> AuthSection: ...
+    @property
+    def dispatcher(self) -> DispatcherSection: ...
+    @property
+    def confirmation_timeout(self) -> float: ...
+    @property
+    def protected(self) -> Protected: ...
 
 
 class DispatchSessionFactory:
@@ -45,7 +65,7 @@ class DispatchSessionFactory:
 
     def __init__(
         self,
-        config: Config,
+        config: FactoryConfig,
         *,
         sandbox_config: SandboxConfig | None,
         memory_store: MemoryService | None,

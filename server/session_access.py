@@ -27,12 +27,14 @@ decision, and the "only tightens" check, use it).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from dispatcher.pipeline.profiles import (
     DEFAULT_PROFILE,
     Profile,
+    ProfileConfig,
     UnknownProfile,
     resolve_profile,
 )
@@ -46,8 +48,7 @@ from dispatcher.policy import (
     sandbox_floor,
 )
 from dispatcher.tools.agents import DISPATCH_SUBAGENT, SUBAGENT_GROUP
-from server.agents import Agent, UnknownAgent, resolve_agent
-from server.config import Config
+from server.agents import Agent, AgentConfig, UnknownAgent, resolve_agent
 from server.errors import Forbidden, InvalidRequest
 from server.store import SessionRecord
 
@@ -134,7 +135,18 @@ class SessionAccess:
     hidden_groups: frozenset[str]
 
 
-def chosen_agent(config: Config, name: str | None) -> Agent:
+class AccessConfig(Protocol):
+    """The configuration sections access is decided from (a ``Config`` is one)."""
+
+    @property
+    def agents(self) -> Mapping[str, AgentConfig]: ...
+    @property
+    def profiles(self) -> Mapping[str, ProfileConfig]: ...
+    @property
+    def policy(self) -> PolicyConfig: ...
+
+
+def chosen_agent(config: AccessConfig, name: str | None) -> Agent:
     """The agent a request names (None: ``build``); 422 naming the known ones."""
     try:
         return resolve_agent(name, config.agents)
@@ -142,7 +154,7 @@ def chosen_agent(config: Config, name: str | None) -> Agent:
         raise InvalidRequest(str(exc), field="agent") from None
 
 
-def chosen_profile(config: Config, name: str | None) -> Profile:
+def chosen_profile(config: AccessConfig, name: str | None) -> Profile:
     """The profile a request names; 422 naming the known ones."""
     try:
         return resolve_profile(name, config.profiles)
@@ -151,7 +163,7 @@ def chosen_profile(config: Config, name: str | None) -> Profile:
 
 
 def access_for(
-    config: Config,
+    config: AccessConfig,
     record: SessionRecord,
     *,
     sandboxed: bool,
@@ -186,7 +198,7 @@ def access_for(
 
 
 def effective_policy_config(
-    config: Config, profile: Profile, record: SessionRecord
+    config: AccessConfig, profile: Profile, record: SessionRecord
 ) -> PolicyConfig:
     """The policy configuration of a session: the server's, the profile's
     layered over it, the session's own overrides last (checked at creation:
@@ -194,7 +206,7 @@ def effective_policy_config(
     return profile.policy_for(config.policy).merged(record.policy_overrides)
 
 
-def shown_policy(config: Config, record: SessionRecord) -> PolicyConfig:
+def shown_policy(config: AccessConfig, record: SessionRecord) -> PolicyConfig:
     """The policy configuration ``GET /sessions/{id}`` shows; the server's
     with the overrides when the stored profile left the configuration."""
     try:
@@ -205,7 +217,7 @@ def shown_policy(config: Config, record: SessionRecord) -> PolicyConfig:
 
 
 def access_with_parents(
-    config: Config,
+    config: AccessConfig,
     record: SessionRecord,
     *,
     sandboxed: bool,
@@ -238,7 +250,7 @@ def access_with_parents(
 
 
 def check_profile_only_tightens(
-    config: Config,
+    config: AccessConfig,
     access: SessionAccess,
     *,
     tool_names: list[str],

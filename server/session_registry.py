@@ -16,7 +16,7 @@ import asyncio
 import logging
 import os
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
@@ -32,10 +32,11 @@ from protocol.canonical import ToolDefinition
 from protocol.payloads import SessionCreated, SessionDeleted
 from protocol.validation_errors import describe_errors
 from server.auth import Principal
-from server.config import Config
+from server.config import ModelSection, WorkspacesSection
 from server.errors import Forbidden, InvalidRequest, NotFound
-from server.roots import is_within, real
+from server.roots import Protected, is_within, real
 from server.session_access import (
+    AccessConfig,
     access_for,
     check_profile_only_tightens,
     chosen_agent,
@@ -67,13 +68,25 @@ def publish_session_created(
     publisher.emit(SessionCreated(workspace=record.workspace, **keys), session_id=record.id)
 
 
+class RegistryConfig(AccessConfig, Protocol):
+    """The configuration sections sessions are created and checked with
+    (a ``Config`` is one)."""
+
+    @property
+    def model(self) -> ModelSection: ...
+    @property
+    def workspaces(self) -> WorkspacesSection: ...
+    @property
+    def protected(self) -> Protected: ...
+
+
 class SessionRegistry:
     """See the module docstring."""
 
     def __init__(
         self,
         *,
-        config: Config,
+        config: RegistryConfig,
         store: Store,
         dispatcher: ToolDispatcher,
         publisher: EventPublisher,

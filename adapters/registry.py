@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 from collections import ChainMap
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import httpx2
 
@@ -141,25 +142,58 @@ def create_adapter(
             # on the server's event loop, and the file may be a client's choice.
             return ScriptedAdapter.deferred(name, delta_delay=delta_delay)
         return ScriptedAdapter(delta_delay=delta_delay)
+    common = _Connection(timeout=timeout, retry=retry, http_client=http_client)
     if provider == "anthropic":
-        from adapters.anthropic_adapter import AnthropicAdapter
+        return _anthropic_adapter(model, name, env, api_key, base_url, common)
+    return _openai_adapter(model, provider, name, env, api_key, base_url, common)
 
-        key = api_key or env.get("ANTHROPIC_API_KEY") or None
-        token = None if key else env.get("ANTHROPIC_AUTH_TOKEN") or None
-        if key is None and token is None:
-            raise AdapterMisconfigured(
-                f"model {model!r} needs ANTHROPIC_API_KEY (or ANTHROPIC_AUTH_TOKEN) in the "
-                "environment"
-            )
-        return AnthropicAdapter(
-            name,
-            api_key=key,
-            auth_token=token,
-            base_url=base_url or env.get("ANTHROPIC_BASE_URL") or ANTHROPIC_DEFAULT_BASE_URL,
-            timeout=timeout,
-            retry=retry,
-            http_client=http_client,
+
+@dataclass(frozen=True, slots=True)
+class _Connection:
+    """What every provider SDK adapter takes besides its credentials."""
+
+    timeout: float
+    retry: RetryPolicy | None
+    http_client: httpx2.AsyncClient | None
+
+
+def _anthropic_adapter(
+    model: str,
+    name: str,
+    env: Mapping[str, str],
+    api_key: str | None,
+    base_url: str | None,
+    common: _Connection,
+) -> ModelAdapter:
+    from adapters.anthropic_adapter import AnthropicAdapter
+
+    key = api_key or env.get("ANTHROPIC_API_KEY") or None
+    token = None if key else env.get("ANTHROPIC_AUTH_TOKEN") or None
+    if key is None and token is None:
+        raise AdapterMisconfigured(
+            f"model {model!r} needs ANTHROPIC_API_KEY (or ANTHROPIC_AUTH_TOKEN) in the environment"
         )
+    return AnthropicAdapter(
+        name,
+        api_key=key,
+        auth_token=token,
+        base_url=base_url or env.get("ANTHROPIC_BASE_URL") or ANTHROPIC_DEFAULT_BASE_URL,
+        timeout=common.timeout,
+        retry=common.retry,
+        http_client=common.http_client,
+    )
+
+
+def _openai_adapter(
+    model: str,
+    provider: str,
+    name: str,
+    env: Mapping[str, str],
+    api_key: str | None,
+    base_url: str | None,
+    common: _Connection,
+) -> ModelAdapter:
+    """OpenAI itself, or an OpenAI-compatible server (which must name its URL)."""
     from adapters.openai_adapter import OpenAIAdapter
 
     url = base_url or env.get("OPENAI_BASE_URL") or None
@@ -177,7 +211,7 @@ def create_adapter(
         api_key=key or COMPATIBLE_PLACEHOLDER_KEY,
         base_url=url,
         provider=provider,
-        timeout=timeout,
-        retry=retry,
-        http_client=http_client,
+        timeout=common.timeout,
+        retry=common.retry,
+        http_client=common.http_client,
     )

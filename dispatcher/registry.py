@@ -179,38 +179,11 @@ class ToolRegistry:
     ) -> RegisteredTool:
         """Check and add one tool. ``timeout`` is a configured override of the
         tool's own default (itself raised to a self-timed tool's backstop)."""
-        if not callable(factory):
-            raise ToolRegistrationError(f"a tool factory must be callable, got {factory!r:.80}")
-        try:
-            instance = factory()
-        except Exception as exc:
-            raise ToolRegistrationError(
-                f"tool factory {_name_of(factory)} raised {type(exc).__name__}: {exc}"
-            ) from exc
-        definition = getattr(instance, "definition", None)
-        if not isinstance(definition, ToolDefinition):
-            raise ToolRegistrationError(
-                f"{_name_of(factory)} produced an object without a ToolDefinition `definition`"
-            )
+        instance, definition = _checked_instance(factory)
         name = definition.name
         if name in self._tools:
             raise ToolRegistrationError(f"a tool named {name!r} is already registered")
-        if not isinstance(definition.side_effects, SideEffects):
-            raise ToolRegistrationError(f"tool {name!r} must declare side_effects")
-        for method in ("execute", "cancel"):
-            if not inspect.iscoroutinefunction(getattr(instance, method, None)):
-                raise ToolRegistrationError(f"tool {name!r} needs an async {method}() method")
-        try:
-            validator = CompiledValidator(definition.input_schema)
-        except ToolRegistrationError as exc:
-            raise ToolRegistrationError(f"tool {name!r}: {exc}") from exc
-        output_validator = None
-        if definition.output_schema is not None:
-            # The same subset rules: a bad output schema refuses the tool.
-            try:
-                output_validator = CompiledValidator(definition.output_schema, "output_schema")
-            except ToolRegistrationError as exc:
-                raise ToolRegistrationError(f"tool {name!r}: {exc}") from exc
+        validator, output_validator = _validators(name, definition)
         stateless = instance if isinstance(instance, BaseTool) else ProtocolToolAdapter(instance)
         path_fields = tuple(stateless.path_fields)
         properties = definition.input_schema.get("properties", {})
@@ -276,6 +249,45 @@ def _effective_timeout(
     if tool.self_timed_up_to is not None and override is None:
         timeout = max(timeout, tool.self_timed_up_to + BACKSTOP_MARGIN)
     return timeout
+
+
+def _checked_instance(factory: ToolFactory) -> tuple[Tool, ToolDefinition]:
+    """One instance from ``factory`` with a usable definition and async
+    execute/cancel, or ToolRegistrationError saying what is missing."""
+    if not callable(factory):
+        raise ToolRegistrationError(f"a tool factory must be callable, got {factory!r:.80}")
+    try:
+        instance = factory()
+    except Exception as exc:
+        raise ToolRegistrationError(
+            f"tool factory {_name_of(factory)} raised {type(exc).__name__}: {exc}"
+        ) from exc
+    definition = getattr(instance, "definition", None)
+    if not isinstance(definition, ToolDefinition):
+        raise ToolRegistrationError(
+            f"{_name_of(factory)} produced an object without a ToolDefinition `definition`"
+        )
+    name = definition.name
+    if not isinstance(definition.side_effects, SideEffects):
+        raise ToolRegistrationError(f"tool {name!r} must declare side_effects")
+    for method in ("execute", "cancel"):
+        if not inspect.iscoroutinefunction(getattr(instance, method, None)):
+            raise ToolRegistrationError(f"tool {name!r} needs an async {method}() method")
+    return instance, definition
+
+
+def _validators(
+    name: str, definition: ToolDefinition
+) -> tuple[CompiledValidator, CompiledValidator | None]:
+    """The input validator and, when declared, the output one (the same
+    subset rules: a bad output schema refuses the tool)."""
+    try:
+        validator = CompiledValidator(definition.input_schema)
+        output = definition.output_schema
+        output_validator = None if output is None else CompiledValidator(output, "output_schema")
+    except ToolRegistrationError as exc:
+        raise ToolRegistrationError(f"tool {name!r}: {exc}") from exc
+    return validator, output_validator
 
 
 def _name_of(factory: object) -> str:

@@ -1,5 +1,5 @@
-"""Sizes a reader can hold: no module of the server (and of the services it
-wires: memory, the code index) over MAX_MODULE_LINES, and no function over
+"""Sizes a reader can hold: no production module (every package of the
+project) over MAX_MODULE_LINES, and no function over
 MAX_FUNCTION_LINES unless its docstring says why it is one piece (a sentence
 starting "One piece").
 
@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 60
-CHECKED = ("server", "dispatcher/memory", "dispatcher/tools/code")
+CHECKED = ("adapters", "clients", "dispatcher", "eventbus", "protocol", "server")
 # Module (relative path) -> why it is not held to the rule yet.
 NOT_YET: dict[str, str] = {}
 

@@ -18,7 +18,7 @@ import contextlib
 import logging
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
@@ -38,12 +38,37 @@ from server.errors import ApiError, InvalidRequest, error_body
 from server.middleware import deny_websocket, principal_of
 
 if TYPE_CHECKING:
-    from server.runtime import Services
+    from eventbus import Bus
+    from server.cluster import ClusterServices
+    from server.presence import Presence
+    from server.session_registry import SessionRegistry
+    from server.store import Store
 
 log = logging.getLogger("toolrelay.streaming")
 
 # Text messages a client may send (all ignored) before it is closed for talking.
 MAX_CLIENT_MESSAGES = 100
+
+
+class StreamServices(Protocol):
+    """What an event stream uses of the server: the bus it subscribes to,
+    the sessions and store it checks visibility against, presence, and the
+    cluster when there is one (``server.runtime.Services`` provides them)."""
+
+    @property
+    def bus(self) -> Bus: ...
+
+    @property
+    def sessions(self) -> SessionRegistry: ...
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def presence(self) -> Presence: ...
+
+    @property
+    def cluster(self) -> ClusterServices | None: ...
 
 
 class CloseCode(IntEnum):
@@ -86,7 +111,7 @@ def _reason(text: str) -> str:
     return text if len(encoded) <= 123 else encoded[:120].decode("utf-8", "ignore") + "..."
 
 
-async def serve_stream(ws: WebSocket, runtime: Services, session_id: str | None) -> None:
+async def serve_stream(ws: WebSocket, runtime: StreamServices, session_id: str | None) -> None:
     """Authenticate, subscribe (replay from ``after``), then stream until one side ends."""
     principal = principal_of(ws.scope)
     try:
@@ -134,7 +159,7 @@ async def serve_stream(ws: WebSocket, runtime: Services, session_id: str | None)
 
 async def _open(
     ws: WebSocket,
-    runtime: Services,
+    runtime: StreamServices,
     principal: Principal,
     session_id: str | None,
     after: int | None,
@@ -169,7 +194,7 @@ async def _open(
 
 
 async def _subscribe(
-    runtime: Services, principal: Principal, session_id: str | None, after: int | None
+    runtime: StreamServices, principal: Principal, session_id: str | None, after: int | None
 ) -> Subscription:
     """The bus subscription behind one socket.
 
@@ -212,7 +237,7 @@ async def _accept_and_close(ws: WebSocket, code: int, reason: str) -> None:
 
 
 async def _pump(
-    ws: WebSocket, runtime: Services, subscription: Subscription, principal: Principal
+    ws: WebSocket, runtime: StreamServices, subscription: Subscription, principal: Principal
 ) -> _Close:
     sender = asyncio.create_task(_send_events(ws, runtime, subscription, principal))
     receiver = asyncio.create_task(_watch_client(ws))
@@ -276,7 +301,7 @@ class _SocketSink:
 
 
 async def _send_events(
-    ws: WebSocket, runtime: Services, subscription: Subscription, principal: Principal
+    ws: WebSocket, runtime: StreamServices, subscription: Subscription, principal: Principal
 ) -> _Close:
     per_session = subscription.session_id is not None
     subscription.deliver_directly(_SocketSink(ws))
@@ -331,7 +356,7 @@ async def _watch_client(ws: WebSocket) -> _Close:
 
 
 def _publish_presence(
-    runtime: Services,
+    runtime: StreamServices,
     type: str,
     session_id: str,
     client_id: str,

@@ -25,6 +25,7 @@ from server.presence import Presence
 from server.runtime import Services
 from server.session_registry import SessionRegistry
 from server.store import SessionRecord, Store
+from server.streaming import StreamServices
 from server.turn_supervisor import TurnSupervisor
 
 
@@ -46,8 +47,8 @@ def _runtime(request: Request) -> Services:
     return runtime
 
 
-def get_runtime_ws(websocket: WebSocket) -> Services:
-    """The services, for the event stream (server/streaming.py serves it)."""
+def stream_services(websocket: WebSocket) -> StreamServices:
+    """What an event stream uses (server/streaming.py's StreamServices)."""
     runtime = websocket.app.state.runtime
     assert isinstance(runtime, Services)
     return runtime

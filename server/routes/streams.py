@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, WebSocket
 
-from server.routes.deps import get_runtime_ws
+from server.routes.deps import stream_services
 from server.streaming import serve_stream
 
 router = APIRouter(tags=["events"])
@@ -13,10 +13,10 @@ router = APIRouter(tags=["events"])
 @router.websocket("/sessions/{session_id}/events")
 async def session_events(websocket: WebSocket, session_id: str) -> None:
     """One session's events: replay after ``?after=<session_seq>``, then live."""
-    await serve_stream(websocket, get_runtime_ws(websocket), session_id)
+    await serve_stream(websocket, stream_services(websocket), session_id)
 
 
 @router.websocket("/events")
 async def all_events(websocket: WebSocket) -> None:
     """Every visible session's events: replay after ``?after=<seq>``, then live."""
-    await serve_stream(websocket, get_runtime_ws(websocket), None)
+    await serve_stream(websocket, stream_services(websocket), None)

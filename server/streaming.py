@@ -32,6 +32,7 @@ from eventbus import (
     SubscriberTooSlow,
     Subscription,
 )
+from protocol.catalog import EventType
 from protocol.payloads import ClientAttached, ClientDetached, Payload
 from server.auth import Principal
 from server.errors import ApiError, InvalidRequest, error_body
@@ -134,7 +135,9 @@ async def serve_stream(ws: WebSocket, runtime: StreamServices, session_id: str |
     if session_id is not None:
         if runtime.cluster is not None:
             await runtime.cluster.attached(session_id, attachment)
-        _publish_presence(runtime, "client.attached", session_id, attachment.client_id, principal)
+        _publish_presence(
+            runtime, EventType.CLIENT_ATTACHED, session_id, attachment.client_id, principal
+        )
     close: _Close = _DISCONNECTED
     try:
         close = await _pump(ws, runtime, subscription, principal)
@@ -150,7 +153,12 @@ async def serve_stream(ws: WebSocket, runtime: StreamServices, session_id: str |
         ):
             reason = "disconnected" if close is _DISCONNECTED else close.reason
             _publish_presence(
-                runtime, "client.detached", session_id, attachment.client_id, principal, reason
+                runtime,
+                EventType.CLIENT_DETACHED,
+                session_id,
+                attachment.client_id,
+                principal,
+                reason,
             )
     if close is not _DISCONNECTED and ws.client_state == WebSocketState.CONNECTED:
         with contextlib.suppress(RuntimeError, OSError, WebSocketDisconnect):
@@ -357,7 +365,7 @@ async def _watch_client(ws: WebSocket) -> _Close:
 
 def _publish_presence(
     runtime: StreamServices,
-    type: str,
+    type: EventType,
     session_id: str,
     client_id: str,
     principal: Principal,
@@ -365,7 +373,7 @@ def _publish_presence(
 ) -> None:
     """The one publisher of ``client.attached`` and ``client.detached``."""
     payload: Payload
-    if type == "client.detached":
+    if type is EventType.CLIENT_DETACHED:
         payload = ClientDetached(
             client_id=client_id, client_name=principal.client_name, reason=reason
         )

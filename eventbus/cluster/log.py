@@ -43,7 +43,13 @@ HEADER_SEPARATOR = "\x1f"
 # scripts.APPEND): a session's creation takes its lease, a turn's start lists
 # it as running, a turn's end unlists it.
 OWNERSHIP_EVENTS = frozenset(
-    {"session.created", "turn.started", "turn.completed", "turn.failed", "turn.cancelled"}
+    {
+        EventType.SESSION_CREATED,
+        EventType.TURN_STARTED,
+        EventType.TURN_COMPLETED,
+        EventType.TURN_FAILED,
+        EventType.TURN_CANCELLED,
+    }
 )
 
 

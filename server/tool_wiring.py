@@ -20,18 +20,32 @@ defaults are the registry's (``dispatcher/registry.py``), in one place.
 from __future__ import annotations
 
 import logging
+from typing import Protocol
 
 from dispatcher import ENTRY_POINT_GROUP, PluginLoadError, ToolDispatcher, load_plugins
 from dispatcher.tool import BaseTool, ToolFactory
 from dispatcher.tools import builtin_tool_factories, knowledge_tool_factories
 from dispatcher.tools.agents import SUBAGENT_GROUP, DispatchSubagentTool
 from protocol.canonical import ToolDefinition
-from server.config import Config, DispatcherSection
+from server.config import DispatcherSection, PluginsSection, WorkspacesSection
 
 log = logging.getLogger("toolrelay.server")
 
 
-def register_tools(dispatcher: ToolDispatcher, config: Config) -> list[PluginLoadError]:
+class ToolConfig(Protocol):
+    """The configuration sections tool registration reads (a ``Config`` is one)."""
+
+    @property
+    def workspaces(self) -> WorkspacesSection: ...
+
+    @property
+    def dispatcher(self) -> DispatcherSection: ...
+
+    @property
+    def plugins(self) -> PluginsSection: ...
+
+
+def register_tools(dispatcher: ToolDispatcher, config: ToolConfig) -> list[PluginLoadError]:
     """Register the built-in tools and the configured plugins; the plugins
     that could not be loaded are returned (and logged)."""
     factories = builtin_tool_factories(
